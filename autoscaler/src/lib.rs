@@ -1,0 +1,1 @@
+//! The autoscaler service.

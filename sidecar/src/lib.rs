@@ -1,0 +1,1 @@
+//! The built-in sidecar: a compact runner with a shell executor.
