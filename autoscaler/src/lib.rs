@@ -1,1 +1,17 @@
-//! The autoscaler service.
+//! The autoscaler service. See `ARCHITECTURE.md` at the repository root for the map.
+
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod core;
+pub mod dispatch;
+pub mod intake;
+pub mod jobs;
+pub mod mirror;
+pub mod pools;
+pub mod secret;
+pub mod service;
+pub mod sidecars;
+pub mod store;
+pub mod telemetry;
+pub mod upstream;

@@ -1,0 +1,158 @@
+//! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::service::{self, ServiceError, Shutdown};
+use crate::store::StoreError;
+use crate::telemetry;
+
+/// Exit codes, from sysexits(3), so that supervisors and scripts can tell failures apart.
+pub mod exit {
+    /// The configuration is wrong (EX_USAGE).
+    pub const CONFIG: u8 = 64;
+    /// The store is corrupt or from a newer version (EX_DATAERR).
+    pub const STORE_DATA: u8 = 65;
+    /// The listen address cannot be bound (EX_UNAVAILABLE).
+    pub const UNAVAILABLE: u8 = 69;
+    /// The store cannot be read or written (EX_IOERR).
+    pub const STORE_IO: u8 = 74;
+    /// GitLab refused an upstream token (EX_NOPERM).
+    pub const TOKEN_REJECTED: u8 = 77;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "autoscaler",
+    version,
+    about = "An autoscaler for GitLab CI runners"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service.
+    Run {
+        #[arg(long, short, env = "AUTOSCALER_CONFIG")]
+        config: PathBuf,
+    },
+    /// Validate a configuration file (with the environment's overrides) and exit.
+    CheckConfig {
+        #[arg(long, short, env = "AUTOSCALER_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+impl Cli {
+    pub fn run(self) -> ExitCode {
+        match self.command {
+            Command::CheckConfig { config } => match load(&config) {
+                Ok(c) => {
+                    report(&format!(
+                        "{}: configuration is valid ({} pool{}: {})",
+                        config.display(),
+                        c.pools.len(),
+                        if c.pools.len() == 1 { "" } else { "s" },
+                        c.pools
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            },
+            Command::Run { config } => match load(&config) {
+                Ok(c) => run(c),
+                Err(code) => code,
+            },
+        }
+    }
+}
+
+#[allow(clippy::print_stderr)]
+fn report(message: &str) {
+    eprintln!("{message}");
+}
+
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path, std::env::vars()).map_err(|e| {
+        report(&e.to_string());
+        ExitCode::from(exit::CONFIG)
+    })
+}
+
+fn run(config: Config) -> ExitCode {
+    telemetry::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            report(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = Shutdown::default();
+        tokio::spawn(watch_signals(shutdown.clone()));
+        match service::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "autoscaler stopped");
+                report(&format!("autoscaler: {e}"));
+                if let ServiceError::Store(StoreError::Open { .. } | StoreError::Corrupt { .. }) = &e {
+                    report(
+                        "The store could not be opened. Keep a copy of the state directory, then either fix the \
+                         cause (disk, permissions, another autoscaler using the same directory) or move the \
+                         directory aside to start empty: sidecars then register again, and jobs GitLab had \
+                         handed to us are failed by GitLab's stuck-job timeout. See README, Operations.",
+                    );
+                }
+                ExitCode::from(exit_code(&e))
+            }
+        }
+    })
+}
+
+fn exit_code(e: &ServiceError) -> u8 {
+    match e {
+        ServiceError::Store(StoreError::Io(_) | StoreError::Open { .. }) => exit::STORE_IO,
+        ServiceError::Store(_) => exit::STORE_DATA,
+        ServiceError::TokenRejected { .. } => exit::TOKEN_REJECTED,
+        ServiceError::Bind { .. } => exit::UNAVAILABLE,
+        ServiceError::Upstream(_) | ServiceError::Serve(_) => 1,
+    }
+}
+
+/// First SIGTERM/SIGINT: graceful shutdown. Second: immediate.
+async fn watch_signals(shutdown: Shutdown) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    let mut next = async || {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    };
+    let first = next().await;
+    tracing::info!(signal = first, "shutdown requested");
+    shutdown.graceful.cancel();
+    let second = next().await;
+    tracing::warn!(signal = second, "second signal: stopping now");
+    shutdown.immediate.cancel();
+}

@@ -1,0 +1,185 @@
+use std::time::Duration;
+
+use super::*;
+
+fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let path = dir.path().join("autoscaler.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const MINIMAL: &str = r#"
+[server]
+listen = "127.0.0.1:8090"
+public_url = "http://127.0.0.1:8090"
+[state]
+dir = "./state"
+[upstream]
+url = "https://gitlab.example.com"
+[[pools]]
+name = "default"
+upstream_token = "glrt-upstream"
+registration_token = "reg-default"
+request_concurrency = 4
+"#;
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+#[test]
+fn the_documented_example_loads_with_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Config::load(&write(&dir, MINIMAL), no_env()).unwrap();
+    assert_eq!(c.server.listen.port(), 8090);
+    assert_eq!(c.state.dir, dir.path().join("./state"));
+    assert_eq!(c.upstream.url.as_str(), "https://gitlab.example.com/");
+    assert_eq!(c.server.long_poll_timeout, Duration::from_secs(50));
+    assert_eq!(c.pools.len(), 1);
+    assert_eq!(c.pools[0].upstream_token.expose(), "glrt-upstream");
+    assert_eq!(c.pools[0].request_concurrency, 4);
+    assert_eq!(c.public_url().as_str(), "http://127.0.0.1:8090/");
+}
+
+#[test]
+fn every_problem_is_reported_at_once_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = r#"
+[server]
+listen = "not-an-address"
+colour = "blue"
+[state]
+[upstream]
+url = "ftp://gitlab"
+[[pools]]
+name = "Bad Name"
+request_concurrency = 0
+[[pools]]
+name = "ok"
+upstream_token = "t"
+upstream_token_file = "/nonexistent"
+"#;
+    let err = Config::load(&write(&dir, text), no_env()).unwrap_err();
+    let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
+    for expected in [
+        "server.listen",
+        "server.colour",
+        "state.dir",
+        "upstream.url",
+        "pools[0].name",
+        "pools[0].upstream_token",
+        "pools[0].request_concurrency",
+        "pools[1].upstream_token",
+    ] {
+        assert!(paths.contains(&expected), "missing {expected} in {paths:?}");
+    }
+    let text = err.to_string();
+    assert!(text.contains("server.colour: unknown key"), "{text}");
+}
+
+#[test]
+fn environment_overrides_tables_and_pools_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = vec![
+        (
+            "AUTOSCALER_SERVER__LISTEN".to_string(),
+            "127.0.0.1:9999".to_string(),
+        ),
+        (
+            "AUTOSCALER_POOLS__DEFAULT__REQUEST_CONCURRENCY".into(),
+            "8".into(),
+        ),
+        (
+            "AUTOSCALER_POOLS__DEFAULT__UPSTREAM_TOKEN".into(),
+            "glrt-from-env".into(),
+        ),
+        ("UNRELATED".into(), "x".into()),
+    ];
+    let c = Config::load(&write(&dir, MINIMAL), env).unwrap();
+    assert_eq!(c.server.listen.port(), 9999);
+    assert_eq!(c.pools[0].request_concurrency, 8);
+    assert_eq!(c.pools[0].upstream_token.expose(), "glrt-from-env");
+}
+
+#[test]
+fn environment_override_of_unknown_pool_or_key_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = vec![
+        (
+            "AUTOSCALER_POOLS__NOPE__REQUEST_CONCURRENCY".to_string(),
+            "8".to_string(),
+        ),
+        ("AUTOSCALER_SERVER__COLOUR".into(), "red".into()),
+    ];
+    let err = Config::load(&write(&dir, MINIMAL), env).unwrap_err();
+    let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
+    assert!(
+        paths.contains(&"env AUTOSCALER_POOLS__NOPE__REQUEST_CONCURRENCY"),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&"server.colour"), "{paths:?}");
+}
+
+#[test]
+fn secrets_can_come_from_files_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "glrt-in-file\n").unwrap();
+    let text = MINIMAL.replace(
+        "upstream_token = \"glrt-upstream\"",
+        "upstream_token_file = \"token\"",
+    );
+    let c = Config::load(&write(&dir, &text), no_env()).unwrap();
+    assert_eq!(c.pools[0].upstream_token.expose(), "glrt-in-file");
+}
+
+#[test]
+fn pools_must_not_share_names_or_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        format!("{MINIMAL}\n[[pools]]\nname = \"default\"\nupstream_token = \"glrt-upstream\"\n");
+    let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let messages: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        messages.iter().any(|m| m.contains("used twice")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("share one upstream token")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn secrets_never_appear_in_errors_or_debug() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Config::load(&write(&dir, MINIMAL), no_env()).unwrap();
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("glrt-upstream"));
+    assert!(!debug.contains("reg-default"));
+    let text = MINIMAL.replace("request_concurrency = 4", "request_concurrency = \"x\"");
+    let err = Config::load(&write(&dir, &text), no_env())
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("glrt-upstream"), "{err}");
+}
+
+#[test]
+fn missing_or_broken_files_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Config::load(&dir.path().join("none.toml"), no_env()).unwrap_err();
+    assert!(err.to_string().contains("does not exist"));
+    let err = Config::load(&write(&dir, "[server\nlisten="), no_env()).unwrap_err();
+    assert!(err.to_string().contains("not valid TOML"), "{err}");
+}
+
+#[test]
+fn wildcard_listen_needs_a_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = MINIMAL
+        .replace("listen = \"127.0.0.1:8090\"", "listen = \"0.0.0.0:8090\"")
+        .replace("public_url = \"http://127.0.0.1:8090\"\n", "");
+    let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    assert!(err.to_string().contains("server.public_url"), "{err}");
+}

@@ -1,0 +1,34 @@
+//! The pure core: state machines and decisions as plain data and functions. Nothing in here
+//! does IO, reads a clock or spawns a task; time comes in as an argument.
+
+pub mod backoff;
+pub mod features;
+pub mod job;
+pub mod payload;
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch, as handed in by the caller.
+pub type Millis = u64;
+
+/// A sidecar (a runner attached to a pool), numbered by the autoscaler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SidecarId(pub u64);
+
+impl std::fmt::Display for SidecarId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A GitLab job id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

@@ -1,0 +1,95 @@
+//! The few facts the autoscaler reads from a job payload. The payload itself is handed to the
+//! sidecar byte for byte; this parse only feeds routing and the token checks of relayed calls.
+
+use serde::Deserialize;
+
+use super::JobId;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFacts {
+    pub id: JobId,
+    pub token: String,
+    pub project_id: Option<u64>,
+    /// `(job id, token)` of every predecessor whose artifacts this job may download.
+    pub dependencies: Vec<(JobId, Option<String>)>,
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    id: u64,
+    token: String,
+    #[serde(default)]
+    job_info: Option<JobInfo>,
+    #[serde(default)]
+    dependencies: Option<Vec<Dependency>>,
+}
+
+#[derive(Deserialize)]
+struct JobInfo {
+    #[serde(default)]
+    project_id: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Dependency {
+    id: u64,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the job payload lacks what every job has (id and token): {0}")]
+pub struct PayloadError(String);
+
+pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
+    let p: Payload = serde_json::from_slice(payload).map_err(|e| PayloadError(e.to_string()))?;
+    if p.token.is_empty() {
+        return Err(PayloadError("empty job token".into()));
+    }
+    Ok(JobFacts {
+        id: JobId(p.id),
+        token: p.token,
+        project_id: p.job_info.and_then(|i| i.project_id),
+        dependencies: p
+            .dependencies
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| (JobId(d.id), d.token))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_facts_and_ignores_the_rest() {
+        let facts = parse(
+            br#"{"id": 12, "token": "glcbt-x", "job_info": {"project_id": 4, "name": "b"},
+                 "dependencies": [{"id": 11, "name": "a", "token": "glcbt-x", "artifacts_file": {"filename": "a.zip", "size": 3}}],
+                 "variables": [], "unknown": {"deep": [1, 2]}}"#,
+        )
+        .unwrap();
+        assert_eq!(facts.id, JobId(12));
+        assert_eq!(facts.project_id, Some(4));
+        assert_eq!(
+            facts.dependencies,
+            vec![(JobId(11), Some("glcbt-x".to_string()))]
+        );
+    }
+
+    #[test]
+    fn null_dependencies_and_missing_job_info_are_fine() {
+        let facts = parse(br#"{"id": 1, "token": "t", "dependencies": null}"#).unwrap();
+        assert!(facts.dependencies.is_empty());
+        assert_eq!(facts.project_id, None);
+    }
+
+    #[test]
+    fn a_payload_without_id_or_token_is_refused() {
+        assert!(parse(br#"{"token": "t"}"#).is_err());
+        assert!(parse(br#"{"id": 1, "token": ""}"#).is_err());
+        assert!(parse(b"not json").is_err());
+    }
+}

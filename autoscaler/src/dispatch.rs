@@ -1,0 +1,278 @@
+//! Hand-out of a pool's jobs to the job requests its sidecars hold open.
+//!
+//! Each sidecar's `POST /jobs/request` becomes a waiter here. A job offered to the pool goes to
+//! the oldest waiter still connected, or waits in `ready` for the next request. The number of
+//! waiters not matched by a ready job is the pool's demand, which the intake turns into job
+//! requests to GitLab (preemptive intake: we ask GitLab only for jobs someone is waiting for).
+//!
+//! A job is marked handed out (`Assigned`) *before* it is sent to the waiter, so that a job can
+//! never be in flight to a request without the store knowing; if delivery then fails, the job is
+//! offered again at once, and if the answer is lost on the wire, the acknowledgement window of
+//! the pool brings it back.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::core::job::{JobEvent, JobPhase};
+use crate::core::{JobId, SidecarId};
+use crate::jobs::Jobs;
+
+#[derive(Debug)]
+pub struct PoolQueue {
+    pool: String,
+    jobs: Arc<Jobs>,
+    state: Mutex<QueueState>,
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct QueueState {
+    waiters: VecDeque<Waiter>,
+    ready: VecDeque<JobId>,
+    next_waiter: u64,
+    /// `X-Request-Id` of a job request that was answered with a job → (sidecar, job). A retry of
+    /// that request (the runner's HTTP-level retry reuses the id) gets the same job again.
+    replays: HashMap<String, (SidecarId, JobId)>,
+    handing_out: bool,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    sidecar: SidecarId,
+    request_id: Option<String>,
+    tx: oneshot::Sender<JobId>,
+}
+
+impl PoolQueue {
+    pub fn new(pool: &str, jobs: Arc<Jobs>) -> Arc<Self> {
+        Arc::new(Self {
+            pool: pool.to_string(),
+            jobs,
+            state: Mutex::new(QueueState {
+                waiters: VecDeque::new(),
+                ready: VecDeque::new(),
+                next_waiter: 0,
+                replays: HashMap::new(),
+                handing_out: true,
+            }),
+            changed: watch::Sender::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Woken whenever waiters or ready jobs change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Waiting requests not matched by a ready job: how many jobs the pool could start now.
+    pub fn demand(&self) -> usize {
+        let s = self.lock();
+        if !s.handing_out {
+            return 0;
+        }
+        s.waiters.len().saturating_sub(s.ready.len())
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    /// Offers a queued job to the pool.
+    pub fn offer(&self, job: JobId) {
+        let mut s = self.lock();
+        if s.handing_out {
+            while let Some(w) = s.waiters.pop_front() {
+                if w.tx.is_closed() {
+                    continue;
+                }
+                if let Err(e) = self
+                    .jobs
+                    .apply(job, JobEvent::HandedOut { sidecar: w.sidecar })
+                {
+                    // The job is no longer waiting (accepted by a sidecar or ended meanwhile).
+                    tracing::debug!(job.id = %job, error = %e, "not offering a job that left the queue");
+                    s.waiters.push_front(w);
+                    return;
+                }
+                let (sidecar, request_id) = (w.sidecar, w.request_id.clone());
+                match w.tx.send(job) {
+                    Ok(()) => {
+                        if let Some(r) = request_id {
+                            s.replays.insert(r, (sidecar, job));
+                        }
+                        tracing::debug!(job.id = %job, sidecar.id = %sidecar, pool = %self.pool, "job handed out");
+                        drop(s);
+                        self.notify();
+                        return;
+                    }
+                    Err(_) => {
+                        let _ = self.jobs.apply(job, JobEvent::HandOutFailed);
+                    }
+                }
+            }
+        }
+        s.ready.push_back(job);
+        drop(s);
+        self.notify();
+    }
+
+    /// Takes the next ready job for `sidecar` at once, or holds the request until a job is offered
+    /// or `timeout` passes. `None` means "no job" (`204`).
+    pub async fn wait_for_job(
+        self: &Arc<Self>,
+        sidecar: SidecarId,
+        request_id: Option<String>,
+        timeout: Duration,
+    ) -> Option<JobId> {
+        let (tx, rx) = oneshot::channel();
+        let waiter_id = {
+            let mut s = self.lock();
+            if !s.handing_out {
+                return None;
+            }
+            while let Some(job) = s.ready.pop_front() {
+                if self
+                    .jobs
+                    .apply(job, JobEvent::HandedOut { sidecar })
+                    .is_ok()
+                {
+                    if let Some(r) = request_id {
+                        s.replays.insert(r, (sidecar, job));
+                    }
+                    drop(s);
+                    self.notify();
+                    return Some(job);
+                }
+            }
+            let id = s.next_waiter;
+            s.next_waiter += 1;
+            s.waiters.push_back(Waiter {
+                id,
+                sidecar,
+                request_id,
+                tx,
+            });
+            id
+        };
+        self.notify();
+        let mut guard = WaiterGuard {
+            queue: self.clone(),
+            waiter_id,
+            rx: Some(rx),
+        };
+        let rx = guard.rx.as_mut()?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(job)) => {
+                guard.rx = None;
+                Some(job)
+            }
+            Ok(Err(_)) => {
+                guard.rx = None;
+                None
+            }
+            Err(_elapsed) => guard.give_up(),
+        }
+    }
+
+    /// The job a retried request (same `X-Request-Id`) was already given, if that hand-out still
+    /// stands.
+    pub fn replay(&self, sidecar: SidecarId, request_id: &str) -> Option<JobId> {
+        let mut s = self.lock();
+        let &(owner, job) = s.replays.get(request_id)?;
+        let still_handed_out = matches!(self.jobs.phase(job), Some(JobPhase::Assigned { sidecar: to, .. }) if to == owner);
+        if !still_handed_out {
+            s.replays.remove(request_id);
+            return None;
+        }
+        // Another sidecar presenting the same id gets nothing: ids are not credentials.
+        (owner == sidecar).then_some(job)
+    }
+
+    /// Forgets replay entries whose job is no longer waiting for acceptance.
+    pub fn prune_replays(&self) {
+        let mut s = self.lock();
+        s.replays
+            .retain(|_, (_, job)| matches!(self.jobs.phase(*job), Some(JobPhase::Assigned { .. })));
+    }
+
+    /// Puts a job whose hand-out was never acknowledged back in the queue.
+    pub fn requeue_unacknowledged(&self, job: JobId) {
+        match self.jobs.apply(job, JobEvent::AckTimedOut) {
+            Ok((JobPhase::Assigned { sidecar, .. }, JobPhase::Queued)) => {
+                tracing::warn!(job.id = %job, sidecar.id = %sidecar, pool = %self.pool,
+                    "job was handed out but never accepted; offering it again");
+                self.offer(job);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(job.id = %job, error = %e, "requeue skipped"),
+        }
+    }
+
+    /// Stops handing out jobs (shutdown): every held request is answered `204` now, later ones at
+    /// once. Jobs stay queued in the store for the next start.
+    pub fn stop_handing_out(&self) {
+        let mut s = self.lock();
+        s.handing_out = false;
+        s.waiters.clear();
+        drop(s);
+        self.notify();
+    }
+}
+
+/// Removes a waiter whose request ended (timeout, or the connection went away and the handler
+/// was dropped). A job that reached the waiter in that instant is not lost: it is taken back and
+/// offered to the pool again.
+struct WaiterGuard {
+    queue: Arc<PoolQueue>,
+    waiter_id: u64,
+    rx: Option<oneshot::Receiver<JobId>>,
+}
+
+impl WaiterGuard {
+    fn remove_waiter(&self) {
+        let mut s = self.queue.lock();
+        let before = s.waiters.len();
+        s.waiters.retain(|w| w.id != self.waiter_id);
+        let removed = s.waiters.len() != before;
+        drop(s);
+        if removed {
+            self.queue.notify();
+        }
+    }
+
+    /// Timeout: stop waiting, but deliver a job that arrived at the last moment.
+    fn give_up(&mut self) -> Option<JobId> {
+        self.remove_waiter();
+        self.rx.take()?.try_recv().ok()
+    }
+}
+
+impl Drop for WaiterGuard {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        self.remove_waiter();
+        if let Ok(job) = rx.try_recv() {
+            tracing::debug!(job.id = %job, "job request went away as its job arrived; offering the job again");
+            if self.queue.jobs.apply(job, JobEvent::HandOutFailed).is_ok() {
+                self.queue.offer(job);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

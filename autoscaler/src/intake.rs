@@ -1,0 +1,227 @@
+//! The upstream poller of one pool: asks GitLab for jobs while the pool's sidecars wait for one.
+//!
+//! Up to `request_concurrency` requests are in flight, never more than the pool's demand
+//! (preemptive intake). A request in flight is never cancelled on purpose: GitLab may already
+//! have assigned a job to it, and dropping the connection would strand that job. Jobs that
+//! arrive when nobody waits any more are queued for the next request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::UpstreamConfig;
+use crate::core::JobId;
+use crate::core::backoff::Backoff;
+use crate::jobs::{Accepted, Jobs};
+use crate::pools::Pool;
+use crate::sidecars::Sidecars;
+use crate::upstream::{JobRequest, JobRequestOutcome, Upstream, UpstreamError};
+
+#[derive(Debug)]
+pub struct Intake {
+    pub pool: Arc<Pool>,
+    pub upstream: Arc<dyn Upstream>,
+    pub jobs: Arc<Jobs>,
+    pub sidecars: Arc<Sidecars>,
+    pub poll_interval: Duration,
+}
+
+/// What one job request came to, for the loop's pacing.
+#[derive(Debug)]
+enum Round {
+    Job(JobId),
+    /// `204`. `rails_short_circuit` when GitLab echoed the `last_update` we sent: it is not
+    /// long-polling, so we pace ourselves.
+    NoJob {
+        rails_short_circuit: bool,
+    },
+    Failed {
+        retry_after: Option<Duration>,
+        reason: String,
+    },
+    Forbidden,
+}
+
+impl Intake {
+    pub fn new(
+        pool: Arc<Pool>,
+        upstream: Arc<dyn Upstream>,
+        jobs: Arc<Jobs>,
+        sidecars: Arc<Sidecars>,
+        config: &UpstreamConfig,
+    ) -> Self {
+        Self {
+            pool,
+            upstream,
+            jobs,
+            sidecars,
+            poll_interval: config.poll_interval,
+        }
+    }
+
+    /// Runs until `stop` is cancelled and the requests in flight have come back (their jobs, if
+    /// any, are queued and stored).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let span = tracing::info_span!("intake", pool = %self.pool.name());
+        async move {
+            let mut changes = self.pool.queue.subscribe();
+            let mut in_flight: JoinSet<Round> = JoinSet::new();
+            let mut not_before = Instant::now();
+            let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+            let mut failing = false;
+            loop {
+                let limit = self.pool.config.request_concurrency as usize;
+                let want = self.pool.queue.demand().min(limit);
+                while !stop.is_cancelled() && in_flight.len() < want && Instant::now() >= not_before {
+                    let this = self.clone();
+                    in_flight.spawn(async move { this.one_request().await }.in_current_span());
+                }
+                if stop.is_cancelled() && in_flight.is_empty() {
+                    break;
+                }
+                let backing_off = in_flight.len() < want && Instant::now() < not_before;
+                tokio::select! {
+                    () = stop.cancelled(), if !stop.is_cancelled() => {}
+                    Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                        let round = match done {
+                            Ok(round) => round,
+                            Err(e) => Round::Failed { retry_after: None, reason: format!("request task failed: {e}") },
+                        };
+                        let pause = self.pace(round, &mut backoff, &mut failing);
+                        not_before = not_before.max(Instant::now() + pause);
+                    }
+                    _ = changes.changed() => {}
+                    () = tokio::time::sleep_until(not_before), if backing_off => {}
+                }
+            }
+            tracing::debug!("intake stopped");
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// Turns a round's result into the pause before the next request, logging state changes once.
+    fn pace(&self, round: Round, backoff: &mut Backoff, failing: &mut bool) -> Duration {
+        let recovered = |failing: &mut bool| {
+            if std::mem::take(failing) {
+                tracing::info!("GitLab answers job requests again");
+            }
+        };
+        match round {
+            Round::Job(id) => {
+                recovered(failing);
+                backoff.reset();
+                tracing::debug!(job.id = %id, "job taken from GitLab");
+                Duration::ZERO
+            }
+            Round::NoJob {
+                rails_short_circuit,
+            } => {
+                recovered(failing);
+                backoff.reset();
+                if rails_short_circuit {
+                    self.poll_interval
+                } else {
+                    Duration::ZERO
+                }
+            }
+            Round::Failed {
+                retry_after,
+                reason,
+            } => {
+                let wait = backoff.fail(retry_after, rand::random::<f64>());
+                if !std::mem::replace(failing, true) {
+                    tracing::warn!(%reason, retry_in = ?wait, "job request to GitLab failed; backing off");
+                } else {
+                    tracing::debug!(%reason, retry_in = ?wait, failures = backoff.failures(), "job request failed again");
+                }
+                wait
+            }
+            Round::Forbidden => {
+                let wait = backoff.fail(Some(Duration::from_secs(60)), rand::random::<f64>());
+                if !std::mem::replace(failing, true) {
+                    tracing::error!(retry_in = ?wait,
+                        "GitLab refuses this pool's runner token (403): check upstream_token; no jobs will be taken");
+                }
+                wait
+            }
+        }
+    }
+
+    async fn one_request(&self) -> Round {
+        let info = self
+            .sidecars
+            .pool_info(self.pool.name())
+            .unwrap_or_else(default_info);
+        let sent_last_update = self.pool.last_update();
+        let request = JobRequest {
+            token: self.pool.config.upstream_token.clone(),
+            system_id: self.pool.system_id.clone(),
+            info,
+            last_update: sent_last_update.clone(),
+        };
+        match self.upstream.request_job(request).await {
+            Ok(JobRequestOutcome::Job { payload }) => self.take(&payload).await,
+            Ok(JobRequestOutcome::NoJob { last_update }) => {
+                let echoed = last_update.is_some() && last_update == sent_last_update;
+                if let Some(value) = last_update {
+                    self.pool.set_last_update(value);
+                }
+                Round::NoJob {
+                    rails_short_circuit: echoed,
+                }
+            }
+            Ok(JobRequestOutcome::Forbidden) => Round::Forbidden,
+            Ok(JobRequestOutcome::RetryLater {
+                status,
+                retry_after,
+            }) => Round::Failed {
+                retry_after,
+                reason: format!("GitLab answered {status}"),
+            },
+            Ok(JobRequestOutcome::Unexpected { status, detail }) => Round::Failed {
+                retry_after: None,
+                reason: format!("unexpected answer {status} ({detail})"),
+            },
+            Err(e @ (UpstreamError::Transport(_) | UpstreamError::Timeout(_))) => Round::Failed {
+                retry_after: None,
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// Stores the job GitLab gave us, then offers it to the pool.
+    async fn take(&self, payload: &[u8]) -> Round {
+        match self.jobs.accept(self.pool.name(), payload).await {
+            Ok(Accepted::New(id)) => {
+                self.pool.queue.offer(id);
+                Round::Job(id)
+            }
+            Ok(Accepted::Again(id)) => {
+                tracing::info!(job.id = %id, "GitLab handed out a job we already hold; keeping the one we have");
+                Round::Job(id)
+            }
+            Err(e) => {
+                // GitLab sent something that is not a job; nothing can be run or reported.
+                tracing::error!(error = %e, bytes = payload.len(), "GitLab answered 201 with an unusable job payload");
+                Round::Failed {
+                    retry_after: None,
+                    reason: e.to_string(),
+                }
+            }
+        }
+    }
+}
+
+/// The `info` sent before any sidecar has described itself (never with features it cannot back).
+fn default_info() -> serde_json::Value {
+    serde_json::json!({
+        "name": "gitlab-runner-autoscaler",
+        "version": env!("CARGO_PKG_VERSION"),
+        "features": {},
+    })
+}

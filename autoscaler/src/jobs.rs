@@ -1,0 +1,305 @@
+//! The jobs the autoscaler holds: their phase (see `core::job`), mirrored in the store, and the
+//! checks that decide whether a relayed call may reach GitLab.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::clock::Clock;
+use crate::core::job::{InvalidTransition, JobEvent, JobPhase, transition};
+use crate::core::payload::{self, PayloadError};
+use crate::core::{JobId, Millis};
+use crate::secret::Secret;
+use crate::store::{DependencyGrant, JobRecord, Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobsError {
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transition(#[from] InvalidTransition),
+    #[error("job {0} is not held by the autoscaler")]
+    Unknown(JobId),
+}
+
+/// Why a relayed call was refused. Both are answered without calling GitLab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("job {0} is not held by the autoscaler")]
+    UnknownJob(JobId),
+    #[error("the job token does not open job {0}")]
+    WrongToken(JobId),
+}
+
+/// The outcome of taking a job from GitLab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// A new job, queued.
+    New(JobId),
+    /// GitLab handed us a job we already hold (e.g. requeued after an acknowledgement window);
+    /// nothing changed.
+    Again(JobId),
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    record: JobRecord,
+    /// The trace length GitLab last confirmed (`Range: 0-<n>`), when known. Lets the relay answer
+    /// a patch at the wrong offset with `416` without a round trip.
+    trace_length: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Jobs {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    held: Mutex<HashMap<JobId, Held>>,
+    /// Bumped on every change of any job's phase, for whoever waits on job progress.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Jobs {
+    /// Loads the jobs the store holds (all phases, finished ones too until they are collected).
+    pub fn load(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let held = store
+            .jobs()?
+            .into_iter()
+            .map(|record| {
+                (
+                    record.id,
+                    Held {
+                        record,
+                        trace_length: None,
+                    },
+                )
+            })
+            .collect();
+        Ok(Self {
+            store,
+            clock,
+            held: Mutex::new(held),
+            changed: tokio::sync::watch::Sender::new(0),
+        })
+    }
+
+    /// Woken whenever a job is added, changes phase or is collected.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Held>> {
+        // Every critical section below leaves the map consistent before it can panic.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a job GitLab gave `pool`, durably, before anyone may see it.
+    pub async fn accept(&self, pool: &str, payload: &[u8]) -> Result<Accepted, JobsError> {
+        let facts = payload::parse(payload)?;
+        if self.lock().contains_key(&facts.id) {
+            return Ok(Accepted::Again(facts.id));
+        }
+        let record = JobRecord {
+            id: facts.id,
+            pool: pool.to_string(),
+            token: Secret::new(facts.token),
+            dependencies: facts
+                .dependencies
+                .into_iter()
+                .filter_map(|(id, token)| {
+                    token.map(|t| DependencyGrant {
+                        id,
+                        token: Secret::new(t),
+                    })
+                })
+                .collect(),
+            project_id: facts.project_id,
+            phase: JobPhase::Queued,
+            accepted_at: self.clock.now(),
+        };
+        let stored = match self
+            .store
+            .put_payload(record.id, payload)
+            .and_then(|()| self.store.put_job(&record))
+        {
+            Ok(()) => self.store.durable().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stored {
+            // GitLab already considers the job ours; refusing it now would strand it there until
+            // GitLab's own stuck-job timeout. Running it without crash protection is the lesser harm.
+            tracing::error!(job.id = %record.id, pool, error = %e,
+                "job could not be stored durably; handing it out anyway (it would not survive a crash)");
+        }
+        let id = record.id;
+        self.lock().insert(
+            id,
+            Held {
+                record,
+                trace_length: None,
+            },
+        );
+        self.bump();
+        Ok(Accepted::New(id))
+    }
+
+    /// Applies `event` to job `id`, persisting the new phase (without waiting for the disk:
+    /// losing a phase change in a crash only makes the job look younger, which the protocol
+    /// tolerates, see `core::job`).
+    pub fn apply(&self, id: JobId, event: JobEvent) -> Result<(JobPhase, JobPhase), JobsError> {
+        let now = self.clock.now();
+        let mut held = self.lock();
+        let job = held.get_mut(&id).ok_or(JobsError::Unknown(id))?;
+        let before = job.record.phase.clone();
+        let after = transition(&before, &event, now)?;
+        if after != before {
+            let mut record = job.record.clone();
+            record.phase = after.clone();
+            self.store.put_job(&record)?;
+            job.record = record;
+            drop(held);
+            self.bump();
+        }
+        Ok((before, after))
+    }
+
+    pub fn phase(&self, id: JobId) -> Option<JobPhase> {
+        self.lock().get(&id).map(|j| j.record.phase.clone())
+    }
+
+    pub fn get(&self, id: JobId) -> Option<JobRecord> {
+        self.lock().get(&id).map(|j| j.record.clone())
+    }
+
+    pub fn payload(&self, id: JobId) -> Result<Option<Bytes>, StoreError> {
+        self.store.payload(id)
+    }
+
+    /// May a call presenting `token` act on job `id`? Only the job's own token opens it.
+    pub fn authorize(&self, id: JobId, token: &str) -> Result<JobRecord, Denied> {
+        let held = self.lock();
+        let job = held.get(&id).ok_or(Denied::UnknownJob(id))?;
+        if job.record.token.matches(token) {
+            Ok(job.record.clone())
+        } else {
+            Err(Denied::WrongToken(id))
+        }
+    }
+
+    /// May `token` download the artifacts of job `id`? Yes if `id` is a job we hold and the token
+    /// is its own, or `id` is a declared dependency of a live job we hold and the token is the
+    /// one GitLab gave for that dependency (or the dependent job's own token).
+    pub fn authorize_download(&self, id: JobId, token: &str) -> Result<(), Denied> {
+        let held = self.lock();
+        if let Some(job) = held.get(&id)
+            && job.record.token.matches(token)
+        {
+            return Ok(());
+        }
+        let granted = held.values().any(|j| {
+            !j.record.phase.is_finished()
+                && j.record.dependencies.iter().any(|d| d.id == id)
+                && (j.record.token.matches(token)
+                    || j.record
+                        .dependencies
+                        .iter()
+                        .any(|d| d.id == id && d.token.matches(token)))
+        });
+        if granted {
+            Ok(())
+        } else if held.contains_key(&id)
+            || held
+                .values()
+                .any(|j| j.record.dependencies.iter().any(|d| d.id == id))
+        {
+            Err(Denied::WrongToken(id))
+        } else {
+            Err(Denied::UnknownJob(id))
+        }
+    }
+
+    pub fn trace_length(&self, id: JobId) -> Option<u64> {
+        self.lock().get(&id).and_then(|j| j.trace_length)
+    }
+
+    pub fn set_trace_length(&self, id: JobId, length: u64) {
+        if let Some(j) = self.lock().get_mut(&id) {
+            j.trace_length = Some(length);
+        }
+    }
+
+    /// Jobs of `pool` handed out longer than `window` ago without acceptance.
+    pub fn unacknowledged(&self, pool: &str, window: Millis) -> Vec<JobId> {
+        let now = self.clock.now();
+        self.lock()
+            .values()
+            .filter(|j| j.record.pool == pool && j.record.phase.ack_expired(now, window))
+            .map(|j| j.record.id)
+            .collect()
+    }
+
+    /// Jobs of `pool` waiting for a sidecar, oldest first (used at start-up).
+    pub fn queued(&self, pool: &str) -> Vec<JobId> {
+        let mut list: Vec<_> = self
+            .lock()
+            .values()
+            .filter(|j| j.record.pool == pool && j.record.phase.is_queued())
+            .map(|j| (j.record.accepted_at, j.record.id))
+            .collect();
+        list.sort();
+        list.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// How many jobs are not finished (all pools).
+    pub fn unfinished(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|j| !j.record.phase.is_finished())
+            .count()
+    }
+
+    /// How many jobs are with a sidecar (handed out or running): what a graceful shutdown waits
+    /// for. Queued jobs stay in the store for the next start.
+    pub fn with_sidecars(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|j| {
+                matches!(
+                    j.record.phase,
+                    JobPhase::Assigned { .. } | JobPhase::Running { .. }
+                )
+            })
+            .count()
+    }
+
+    /// Drops jobs finished more than `retention` ago. Late calls for them are then answered
+    /// `404`, which a runner treats like GitLab's answer for a job that is gone.
+    pub fn collect_finished(&self, retention: Millis) -> Result<usize, StoreError> {
+        let now = self.clock.now();
+        let done: Vec<JobId> = self
+            .lock()
+            .values()
+            .filter(|j| matches!(j.record.phase, JobPhase::Finished { at } if now.saturating_sub(at) >= retention))
+            .map(|j| j.record.id)
+            .collect();
+        for id in &done {
+            self.store.remove_job(*id)?;
+            self.lock().remove(id);
+        }
+        if !done.is_empty() {
+            self.bump();
+        }
+        Ok(done.len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

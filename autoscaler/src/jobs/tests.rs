@@ -1,0 +1,148 @@
+use std::time::Duration;
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::core::SidecarId;
+use crate::store::MemoryStore;
+
+fn table() -> (Jobs, Arc<MemoryStore>, Arc<ManualClock>) {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new(10_000));
+    (
+        Jobs::load(store.clone(), clock.clone()).unwrap(),
+        store,
+        clock,
+    )
+}
+
+fn payload(id: u64, deps: &[(u64, &str)]) -> Vec<u8> {
+    let deps: Vec<_> = deps
+        .iter()
+        .map(|(d, t)| serde_json::json!({"id": d, "name": "dep", "token": t}))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "id": id, "token": format!("glcbt-{id}"), "job_info": {"project_id": 3}, "dependencies": deps
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn accept_stores_payload_byte_for_byte_and_is_idempotent() {
+    let (jobs, store, _) = table();
+    let p = payload(5, &[]);
+    assert_eq!(
+        jobs.accept("default", &p).await.unwrap(),
+        Accepted::New(JobId(5))
+    );
+    assert_eq!(store.payload(JobId(5)).unwrap().unwrap(), &p[..]);
+    assert_eq!(
+        store.job(JobId(5)).unwrap().unwrap().phase,
+        JobPhase::Queued
+    );
+    assert_eq!(
+        jobs.accept("default", &p).await.unwrap(),
+        Accepted::Again(JobId(5))
+    );
+    assert!(jobs.accept("default", b"{}").await.is_err());
+}
+
+#[tokio::test]
+async fn phases_are_persisted() {
+    let (jobs, store, _) = table();
+    jobs.accept("default", &payload(5, &[])).await.unwrap();
+    jobs.apply(
+        JobId(5),
+        JobEvent::HandedOut {
+            sidecar: SidecarId(1),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        store.job(JobId(5)).unwrap().unwrap().phase,
+        JobPhase::Assigned { .. }
+    ));
+    let reloaded = Jobs::load(store.clone(), Arc::new(ManualClock::new(0))).unwrap();
+    assert!(matches!(
+        reloaded.phase(JobId(5)),
+        Some(JobPhase::Assigned { .. })
+    ));
+    assert!(matches!(
+        jobs.apply(
+            JobId(5),
+            JobEvent::HandedOut {
+                sidecar: SidecarId(2)
+            }
+        ),
+        Err(JobsError::Transition(_))
+    ));
+    assert!(matches!(
+        jobs.apply(JobId(6), JobEvent::Accepted),
+        Err(JobsError::Unknown(_))
+    ));
+}
+
+#[tokio::test]
+async fn only_the_jobs_own_token_opens_it() {
+    let (jobs, _, _) = table();
+    jobs.accept("default", &payload(5, &[])).await.unwrap();
+    jobs.accept("default", &payload(6, &[])).await.unwrap();
+    assert!(jobs.authorize(JobId(5), "glcbt-5").is_ok());
+    assert_eq!(
+        jobs.authorize(JobId(5), "glcbt-6"),
+        Err(Denied::WrongToken(JobId(5)))
+    );
+    assert_eq!(
+        jobs.authorize(JobId(7), "glcbt-7"),
+        Err(Denied::UnknownJob(JobId(7)))
+    );
+}
+
+#[tokio::test]
+async fn downloads_are_open_only_to_declared_dependencies() {
+    let (jobs, _, _) = table();
+    jobs.accept("default", &payload(20, &[(11, "glcbt-dep11")]))
+        .await
+        .unwrap();
+    // The dependency's own grant token and the dependent job's token both open it.
+    assert!(jobs.authorize_download(JobId(11), "glcbt-dep11").is_ok());
+    assert!(jobs.authorize_download(JobId(11), "glcbt-20").is_ok());
+    // A job that is not a declared dependency stays closed, whatever the token.
+    assert_eq!(
+        jobs.authorize_download(JobId(12), "glcbt-20"),
+        Err(Denied::UnknownJob(JobId(12)))
+    );
+    assert_eq!(
+        jobs.authorize_download(JobId(11), "glcbt-other"),
+        Err(Denied::WrongToken(JobId(11)))
+    );
+    // A held job's own artifacts, with its own token.
+    assert!(jobs.authorize_download(JobId(20), "glcbt-20").is_ok());
+    // Once the dependent job is finished, the grant ends.
+    jobs.apply(JobId(20), JobEvent::Ended).unwrap();
+    assert!(jobs.authorize_download(JobId(11), "glcbt-dep11").is_err());
+}
+
+#[tokio::test]
+async fn unacknowledged_hand_outs_and_finished_jobs_are_found() {
+    let (jobs, store, clock) = table();
+    jobs.accept("default", &payload(5, &[])).await.unwrap();
+    jobs.accept("other", &payload(6, &[])).await.unwrap();
+    jobs.apply(
+        JobId(5),
+        JobEvent::HandedOut {
+            sidecar: SidecarId(1),
+        },
+    )
+    .unwrap();
+    assert!(jobs.unacknowledged("default", 60_000).is_empty());
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(jobs.unacknowledged("default", 60_000), vec![JobId(5)]);
+    assert!(jobs.unacknowledged("other", 60_000).is_empty());
+    assert_eq!(jobs.queued("other"), vec![JobId(6)]);
+    jobs.apply(JobId(6), JobEvent::Ended).unwrap();
+    assert_eq!(jobs.collect_finished(1_000).unwrap(), 0);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(jobs.collect_finished(1_000).unwrap(), 1);
+    assert_eq!(store.job(JobId(6)).unwrap(), None);
+    assert_eq!(jobs.unfinished(), 1);
+}

@@ -1,0 +1,94 @@
+//! Every refusal of the mirrored API, mapped to the status GitLab gives in the same case
+//! (runner-api.md), in one place. Each refusal is logged here, once, inside the request's span
+//! (which carries method, path, request id and, once known, sidecar, pool and job ids).
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::jobs::Denied;
+use crate::upstream::UpstreamError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Grape's answer to a missing required `token` parameter.
+    #[error("token is missing")]
+    TokenMissing,
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("request body larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+    /// A trace patch that does not start where the stored trace ends.
+    #[error("trace patch starts at {start}, the trace is {length} bytes long")]
+    RangeMismatch { start: u64, length: u64 },
+    #[error("GitLab could not be reached: {0}")]
+    BadGateway(String),
+    #[error("GitLab did not answer in time: {0}")]
+    GatewayTimeout(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<Denied> for ApiError {
+    fn from(d: Denied) -> Self {
+        match d {
+            Denied::UnknownJob(_) => ApiError::NotFound(d.to_string()),
+            Denied::WrongToken(_) => ApiError::Forbidden(d.to_string()),
+        }
+    }
+}
+
+impl From<UpstreamError> for ApiError {
+    fn from(e: UpstreamError) -> Self {
+        match e {
+            UpstreamError::Timeout(_) => ApiError::GatewayTimeout(e.to_string()),
+            UpstreamError::Transport(_) => ApiError::BadGateway(e.to_string()),
+        }
+    }
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::TokenMissing => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RangeMismatch { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), error = %self, "request failed");
+        } else {
+            tracing::warn!(status = status.as_u16(), error = %self, "request refused");
+        }
+        // GitLab's bodies: Grape validation errors use "error", everything else "message"
+        // with the status line. Runners read only the status.
+        let body = match &self {
+            ApiError::TokenMissing => json!({"error": "token is missing"}),
+            ApiError::BadRequest(detail) => json!({"error": detail}),
+            _ => {
+                json!({"message": format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or(""))})
+            }
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let ApiError::RangeMismatch { length, .. } = self
+            && let Ok(v) = HeaderValue::from_str(&format!("0-{length}"))
+        {
+            response.headers_mut().insert("range", v);
+        }
+        response
+    }
+}

@@ -1,0 +1,84 @@
+//! `POST /api/v4/jobs/request` for sidecars (runner-api.md §3): long-polled until one of the
+//! pool's jobs is handed to this request, or `204` after the long-poll timeout.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::body::{self, read_limited};
+use super::{ApiError, App};
+use crate::core::JobId;
+
+#[derive(Deserialize)]
+struct JobRequestBody {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    info: Option<Map<String, Value>>,
+    #[serde(default)]
+    system_id: Option<String>,
+}
+
+pub async fn request_job(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_limited(body, &headers, app.limits.job_request_bytes).await?;
+    let request: JobRequestBody = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    let token = request
+        .token
+        .filter(|t| !t.is_empty())
+        .or_else(|| body::header(&headers, "runner-token").map(str::to_string))
+        .ok_or(ApiError::TokenMissing)?;
+    let sidecar = app
+        .sidecars
+        .authenticate(&token)
+        .ok_or_else(|| ApiError::Forbidden("unknown runner token".into()))?;
+    let span = tracing::Span::current();
+    span.record("sidecar.id", sidecar.id().0);
+    span.record("pool", sidecar.pool());
+    app.sidecars
+        .note_poll(&sidecar, request.info, request.system_id);
+
+    let pool = app.pool(sidecar.pool())?;
+    let request_id = body::request_id(&headers);
+    if let Some(id) = request_id
+        .as_deref()
+        .and_then(|r| pool.queue.replay(sidecar.id(), r))
+    {
+        tracing::info!(job.id = %id, "retried job request answered with the job it was already given");
+        return job_response(&app, id);
+    }
+    match pool
+        .queue
+        .wait_for_job(sidecar.id(), request_id, app.limits.long_poll)
+        .await
+    {
+        Some(id) => job_response(&app, id),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// `201`, `application/json`, the payload exactly as GitLab sent it.
+fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
+    tracing::Span::current().record("job.id", id.0);
+    let payload = app
+        .jobs
+        .payload(id)
+        .map_err(|e| ApiError::Internal(format!("cannot read job {id} from the store: {e}")))?
+        .ok_or_else(|| ApiError::Internal(format!("job {id} has no stored payload")))?;
+    tracing::info!(job.id = %id, "job handed to sidecar");
+    let mut response = (StatusCode::CREATED, Body::from(payload)).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}

@@ -1,0 +1,153 @@
+//! The mirrored runner API: GitLab's runner endpoints, served to sidecars (runner-api.md).
+//!
+//! Runner-token endpoints (`/runners/*`, `/jobs/request`) are answered here from the
+//! autoscaler's own state; job-token endpoints (`PUT /jobs/:id`, trace, artifacts) are checked
+//! against the jobs we hold and then relayed to GitLab with their status and headers.
+
+mod body;
+mod error;
+mod job_request;
+mod relay;
+mod runners;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::Request;
+use axum::routing::{get, patch, post, put};
+use tower_http::trace::TraceLayer;
+
+pub use error::ApiError;
+
+use crate::config::Config;
+use crate::jobs::Jobs;
+use crate::pools::Pool;
+use crate::secret::TokenDigest;
+use crate::sidecars::Sidecars;
+use crate::upstream::Upstream;
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub struct App {
+    pub pools: HashMap<String, Arc<Pool>>,
+    pub jobs: Arc<Jobs>,
+    pub sidecars: Arc<Sidecars>,
+    pub upstream: Arc<dyn Upstream>,
+    pub limits: Limits,
+    /// Registration token digest → pool name.
+    registration: HashMap<TokenDigest, String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub long_poll: Duration,
+    pub job_request_bytes: u64,
+    pub update_bytes: u64,
+    pub trace_patch_bytes: u64,
+    pub call_timeout: Duration,
+    pub artifact_timeout: Duration,
+}
+
+impl Limits {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            long_poll: config.server.long_poll_timeout,
+            // Workhorse reads at most 32 KiB of a job request (runner-api.md §3.1).
+            job_request_bytes: 32 * 1024,
+            update_bytes: config.server.max_update_bytes,
+            trace_patch_bytes: config.server.max_trace_patch_bytes,
+            call_timeout: config.upstream.call_timeout,
+            artifact_timeout: config.upstream.artifact_timeout,
+        }
+    }
+}
+
+impl App {
+    pub fn new(
+        pools: Vec<Arc<Pool>>,
+        jobs: Arc<Jobs>,
+        sidecars: Arc<Sidecars>,
+        upstream: Arc<dyn Upstream>,
+        limits: Limits,
+    ) -> Self {
+        let registration = pools
+            .iter()
+            .filter_map(|p| {
+                let token = p.config.registration_token.as_ref()?;
+                Some((token.digest(), p.name().to_string()))
+            })
+            .collect();
+        Self {
+            pools: pools
+                .into_iter()
+                .map(|p| (p.name().to_string(), p))
+                .collect(),
+            jobs,
+            sidecars,
+            upstream,
+            limits,
+            registration,
+        }
+    }
+
+    fn pool(&self, name: &str) -> Result<&Arc<Pool>, ApiError> {
+        self.pools
+            .get(name)
+            .ok_or_else(|| ApiError::Internal(format!("pool {name:?} is not configured")))
+    }
+
+    fn pool_for_registration(&self, token: &str) -> Option<&str> {
+        self.registration
+            .get(&TokenDigest::of(token))
+            .map(String::as_str)
+    }
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route(
+            "/api/v4/runners",
+            post(runners::register).delete(runners::unregister),
+        )
+        .route("/api/v4/runners/verify", post(runners::verify))
+        .route(
+            "/api/v4/runners/managers",
+            axum::routing::delete(runners::unregister_manager),
+        )
+        .route(
+            "/api/v4/runners/reset_authentication_token",
+            post(runners::reset_token),
+        )
+        .route(
+            "/api/v4/runners/router/discovery",
+            get(runners::router_discovery),
+        )
+        .route("/api/v4/jobs/request", post(job_request::request_job))
+        .route("/api/v4/jobs/{id}", put(relay::update_job))
+        .route("/api/v4/jobs/{id}/trace", patch(relay::patch_trace))
+        .route(
+            "/api/v4/jobs/{id}/artifacts",
+            post(relay::upload_artifacts).get(relay::download_artifacts),
+        )
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .with_state(app)
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+}
+
+fn request_span<B>(request: &Request<B>) -> tracing::Span {
+    let request_id = body::request_id(request.headers()).unwrap_or_default();
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %request_id,
+        sidecar.id = tracing::field::Empty,
+        pool = tracing::field::Empty,
+        job.id = tracing::field::Empty,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! Runner identity endpoints (runner-api.md §2), answered from the autoscaler's own sidecar
+//! registry. The tokens minted here are the sidecars' own; the pool's upstream token is never
+//! involved.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::body::{header, read_limited};
+use super::{ApiError, App};
+use crate::sidecars::Sidecar;
+
+/// The identity calls carry small JSON bodies; anything beyond this is not a runner talking.
+const IDENTITY_BODY_LIMIT: u64 = 64 * 1024;
+
+#[derive(Deserialize, Default)]
+struct TokenBody {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+async fn token_body(headers: &HeaderMap, body: Body) -> Result<(TokenBody, String), ApiError> {
+    let bytes = read_limited(body, headers, IDENTITY_BODY_LIMIT).await?;
+    let parsed: TokenBody = if bytes.is_empty() {
+        TokenBody::default()
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?
+    };
+    let token = parsed
+        .token
+        .clone()
+        .filter(|t| !t.is_empty())
+        .or_else(|| header(headers, "runner-token").map(str::to_string))
+        .ok_or(ApiError::TokenMissing)?;
+    Ok((parsed, token))
+}
+
+fn authenticate(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
+    let sidecar = app
+        .sidecars
+        .authenticate(token)
+        .ok_or_else(|| ApiError::Forbidden("unknown runner token".into()))?;
+    let span = tracing::Span::current();
+    span.record("sidecar.id", sidecar.id().0);
+    span.record("pool", sidecar.pool());
+    Ok(sidecar)
+}
+
+fn details(id: u64, token: &str) -> Json<serde_json::Value> {
+    // `token_expires_at: null` keeps runners from scheduling token rotation (runner-api.md §2).
+    Json(json!({"id": id, "token": token, "token_expires_at": null}))
+}
+
+/// `POST /api/v4/runners`: registration with a pool's registration token.
+pub async fn register(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (parsed, registration_token) = token_body(&headers, body).await?;
+    let pool = app
+        .pool_for_registration(&registration_token)
+        .ok_or_else(|| ApiError::Forbidden("unknown registration token".into()))?
+        .to_string();
+    let description = parsed.description.map(|d| d.chars().take(255).collect());
+    let (sidecar, token) = app
+        .sidecars
+        .register(&pool, description)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    tracing::info!(sidecar.id = %sidecar.id(), pool = %pool, "sidecar registered");
+    Ok((StatusCode::CREATED, details(sidecar.id().0, token.expose())).into_response())
+}
+
+/// `POST /api/v4/runners/verify`.
+pub async fn verify(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (_, token) = token_body(&headers, body).await?;
+    let sidecar = authenticate(&app, &token)?;
+    Ok((StatusCode::OK, details(sidecar.id().0, &token)).into_response())
+}
+
+/// `DELETE /api/v4/runners`: the sidecar's token stops working.
+pub async fn unregister(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (_, token) = token_body(&headers, body).await?;
+    let sidecar = authenticate(&app, &token)?;
+    app.sidecars
+        .revoke(&sidecar)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    tracing::info!("sidecar unregistered");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /api/v4/runners/managers`: GitLab forgets a runner *manager* (one `system_id`) and
+/// keeps the runner, so the token stays valid here too.
+pub async fn unregister_manager(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (_, token) = token_body(&headers, body).await?;
+    authenticate(&app, &token)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /api/v4/runners/reset_authentication_token`.
+pub async fn reset_token(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (_, token) = token_body(&headers, body).await?;
+    let sidecar = authenticate(&app, &token)?;
+    let new = app
+        .sidecars
+        .rotate(&sidecar)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"token": new.expose(), "token_expires_at": null})),
+    )
+        .into_response())
+}
+
+/// `GET /api/v4/runners/router/discovery`: no job router here; runners fall back to
+/// `POST /jobs/request` on `501` (runner-api.md §8).
+pub async fn router_discovery() -> Response {
+    (
+        StatusCode::NOT_IMPLEMENTED,
+        Json(json!({"message": "501 Not Implemented"})),
+    )
+        .into_response()
+}

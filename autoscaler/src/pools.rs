@@ -1,0 +1,74 @@
+//! A pool at run time: its configuration, its hand-out queue, and its identity towards GitLab.
+
+use std::sync::{Arc, Mutex};
+
+use rand::Rng;
+
+use crate::config::PoolConfig;
+use crate::dispatch::PoolQueue;
+use crate::jobs::Jobs;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug)]
+pub struct Pool {
+    pub config: PoolConfig,
+    pub queue: Arc<PoolQueue>,
+    /// The `system_id` this pool presents to GitLab. Kept in the store so that GitLab sees one
+    /// runner manager per pool across restarts (it keys `runtime_features` by it).
+    pub system_id: String,
+    /// GitLab's last `X-GitLab-Last-Update` for this pool's token, sent back as `last_update`
+    /// so that Workhorse can long-poll our job requests.
+    pub last_update: Mutex<Option<String>>,
+}
+
+impl Pool {
+    pub fn open(
+        config: PoolConfig,
+        jobs: Arc<Jobs>,
+        store: &dyn Store,
+    ) -> Result<Arc<Self>, StoreError> {
+        let key = format!("pool/{}/system_id", config.name);
+        let system_id = match store.meta(&key)? {
+            Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            None => {
+                let id = new_system_id();
+                store.put_meta(&key, id.as_bytes())?;
+                id
+            }
+        };
+        Ok(Arc::new(Self {
+            queue: PoolQueue::new(&config.name, jobs),
+            config,
+            system_id,
+            last_update: Mutex::new(None),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn last_update(&self) -> Option<String> {
+        self.last_update
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn set_last_update(&self, value: String) {
+        *self
+            .last_update
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+    }
+}
+
+/// `r_` and 12 random alphanumerics: the form gitlab-runner uses when it has no machine id.
+fn new_system_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let tail: String = (0..12)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    format!("r_{tail}")
+}

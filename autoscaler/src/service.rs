@@ -1,0 +1,258 @@
+//! The running service: start-up, background tasks and the one shutdown protocol.
+//!
+//! Start: open the store, load jobs and sidecars, check each pool's upstream token, offer the
+//! jobs that were waiting for a sidecar, bind, then start one intake per pool and the
+//! maintenance loop.
+//!
+//! Shutdown, on the first signal: stop asking GitLab for jobs (requests in flight complete and
+//! their jobs are stored), stop handing out jobs, keep relaying until every job that is with a
+//! sidecar has ended or `shutdown_grace` has passed, stop the server, make the store durable.
+//! A second signal skips the wait; the store is still flushed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::intake::Intake;
+use crate::jobs::Jobs;
+use crate::mirror::{self, App, Limits};
+use crate::pools::Pool;
+use crate::sidecars::Sidecars;
+use crate::store::{SledStore, Store, StoreError};
+use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
+
+/// Finished jobs are kept this long so that late calls for them get a coherent answer.
+const FINISHED_RETENTION_MS: u64 = 10 * 60 * 1000;
+const MAINTENANCE_TICK: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("GitLab rejected the upstream token of pool {pool:?} (403): check upstream_token")]
+    TokenRejected { pool: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// The two signals of the shutdown protocol.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    /// Stop taking work, finish what is running.
+    pub graceful: CancellationToken,
+    /// Stop now (state is still flushed).
+    pub immediate: CancellationToken,
+}
+
+/// Runs the service until shutdown.
+pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), ServiceError> {
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.state.dir)?);
+    let upstream: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(&config.upstream)?);
+    run_with(config, store, upstream, Arc::new(SystemClock), shutdown).await
+}
+
+/// Runs the service on the given edges (tests substitute fakes).
+pub async fn run_with(
+    config: Config,
+    store: Arc<dyn Store>,
+    upstream: Arc<dyn Upstream>,
+    clock: Arc<dyn Clock>,
+    shutdown: Shutdown,
+) -> Result<(), ServiceError> {
+    let jobs = Arc::new(Jobs::load(store.clone(), clock.clone())?);
+    let sidecars = Arc::new(Sidecars::load(store.clone(), clock)?);
+    let pools = config
+        .pools
+        .iter()
+        .map(|p| Pool::open(p.clone(), jobs.clone(), store.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    tracing::info!(
+        jobs = jobs.unfinished(),
+        sidecars = pools
+            .iter()
+            .map(|p| sidecars.in_pool(p.name()).len())
+            .sum::<usize>(),
+        pools = pools.len(),
+        "state loaded"
+    );
+    for pool in &pools {
+        verify_pool(upstream.as_ref(), pool).await?;
+        for id in jobs.queued(pool.name()) {
+            pool.queue.offer(id);
+        }
+    }
+
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .map_err(|source| ServiceError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServiceError::Serve)?;
+    announce(addr);
+
+    let tasks = TaskTracker::new();
+    let stop_intake = CancellationToken::new();
+    let stop_maintenance = CancellationToken::new();
+    for pool in &pools {
+        let intake = Arc::new(Intake::new(
+            pool.clone(),
+            upstream.clone(),
+            jobs.clone(),
+            sidecars.clone(),
+            &config.upstream,
+        ));
+        tasks.spawn(intake.run(stop_intake.clone()));
+    }
+    tasks.spawn(maintenance(
+        pools.clone(),
+        jobs.clone(),
+        stop_maintenance.clone(),
+    ));
+
+    let app = Arc::new(App::new(
+        pools.clone(),
+        jobs.clone(),
+        sidecars,
+        upstream,
+        Limits::from_config(&config),
+    ));
+    let stop_server = CancellationToken::new();
+    let mut server = {
+        let stop = stop_server.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, mirror::router(app))
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        })
+    };
+
+    let server_ended_early = tokio::select! {
+        () = shutdown.graceful.cancelled() => None,
+        result = &mut server => Some(result),
+    };
+    if let Some(result) = server_ended_early {
+        stop_intake.cancel();
+        stop_maintenance.cancel();
+        store.durable().await?;
+        return match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(ServiceError::Serve(e)),
+            Err(e) => Err(ServiceError::Serve(std::io::Error::other(e))),
+        };
+    }
+    tracing::info!("shutting down: no new jobs are taken; waiting for running jobs");
+    stop_intake.cancel();
+    for pool in &pools {
+        pool.queue.stop_handing_out();
+    }
+    drain(&jobs, config.server.shutdown_grace, &shutdown.immediate).await;
+    stop_server.cancel();
+    stop_maintenance.cancel();
+    tasks.close();
+    tokio::select! {
+        () = async { tasks.wait().await; let _ = (&mut server).await; } => {}
+        () = shutdown.immediate.cancelled() => tracing::warn!("second signal: not waiting for calls in flight"),
+    }
+    store.durable().await?;
+    tracing::info!(
+        unfinished_jobs = jobs.unfinished(),
+        "stopped; state is on disk"
+    );
+    Ok(())
+}
+
+async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), ServiceError> {
+    match upstream
+        .verify(&pool.config.upstream_token, &pool.system_id)
+        .await
+    {
+        Ok(VerifyOutcome::Valid) => {
+            tracing::info!(pool = %pool.name(), system_id = %pool.system_id, "upstream token verified");
+            Ok(())
+        }
+        Ok(VerifyOutcome::Invalid) => Err(ServiceError::TokenRejected {
+            pool: pool.name().to_string(),
+        }),
+        // GitLab being down must not keep the autoscaler (and its running jobs) from starting.
+        Ok(VerifyOutcome::Unexpected { status }) => {
+            tracing::warn!(pool = %pool.name(), status, "could not verify the upstream token; carrying on");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(pool = %pool.name(), error = %e, "could not verify the upstream token; carrying on");
+            Ok(())
+        }
+    }
+}
+
+/// The one line a supervising process or test reads to learn the bound address.
+#[allow(clippy::print_stdout)]
+fn announce(addr: std::net::SocketAddr) {
+    use std::io::Write;
+    println!("listening on http://{addr}");
+    let _ = std::io::stdout().flush();
+    tracing::info!(%addr, "mirrored runner API listening");
+}
+
+/// Waits until no job is with a sidecar, `grace` has passed, or `immediate` fires.
+async fn drain(jobs: &Jobs, grace: Duration, immediate: &CancellationToken) {
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut changes = jobs.subscribe();
+    loop {
+        let remaining = jobs.with_sidecars();
+        if remaining == 0 {
+            return;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(jobs = remaining, "shutdown grace period over; jobs still running stay with their sidecars");
+                return;
+            }
+            () = immediate.cancelled() => return,
+        }
+    }
+}
+
+/// Periodic upkeep: hand-outs never acknowledged go back to the queue, replay entries and
+/// finished jobs are collected.
+async fn maintenance(pools: Vec<Arc<Pool>>, jobs: Arc<Jobs>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(MAINTENANCE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        ticks += 1;
+        for pool in &pools {
+            let window =
+                u64::try_from(pool.config.assign_ack_timeout.as_millis()).unwrap_or(u64::MAX);
+            for id in jobs.unacknowledged(pool.name(), window) {
+                pool.queue.requeue_unacknowledged(id);
+            }
+            pool.queue.prune_replays();
+        }
+        if ticks.is_multiple_of(60) {
+            match jobs.collect_finished(FINISHED_RETENTION_MS) {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(jobs = n, "finished jobs collected"),
+                Err(e) => tracing::error!(error = %e, "could not collect finished jobs"),
+            }
+        }
+    }
+}

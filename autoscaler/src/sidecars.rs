@@ -1,0 +1,295 @@
+//! The sidecars attached to each pool: their tokens, and what they last told us about
+//! themselves (runner `info`, `system_id`, when they last asked for a job).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use rand::Rng;
+use serde_json::{Map, Value};
+
+use crate::clock::Clock;
+use crate::core::features::common_features;
+use crate::core::{Millis, SidecarId};
+use crate::secret::{Secret, TokenDigest};
+use crate::store::{SidecarRecord, Store, StoreError};
+
+/// A sidecar counts as part of its pool's feature set while it asked for a job this recently.
+const LIVE_WINDOW_MS: Millis = 10 * 60 * 1000;
+
+#[derive(Debug)]
+pub struct Sidecar {
+    pub record: SidecarRecord,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    last_poll: Option<Millis>,
+    info: Option<Map<String, Value>>,
+    system_id: Option<String>,
+}
+
+impl Sidecar {
+    pub fn id(&self) -> SidecarId {
+        self.record.id
+    }
+
+    pub fn pool(&self) -> &str {
+        &self.record.pool
+    }
+
+    pub fn last_poll(&self) -> Option<Millis> {
+        self.lock().last_poll
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+pub struct Sidecars {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    by_digest: RwLock<HashMap<TokenDigest, Arc<Sidecar>>>,
+}
+
+impl Sidecars {
+    /// Loads the sidecars the store knows.
+    pub fn load(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        let by_digest = store
+            .sidecars()?
+            .into_iter()
+            .map(|record| {
+                let sidecar = Sidecar {
+                    record,
+                    seen: Mutex::default(),
+                };
+                (sidecar.record.token_digest.clone(), Arc::new(sidecar))
+            })
+            .collect();
+        Ok(Self {
+            store,
+            clock,
+            by_digest: RwLock::new(by_digest),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TokenDigest, Arc<Sidecar>>> {
+        self.by_digest
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<TokenDigest, Arc<Sidecar>>> {
+        self.by_digest
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates a sidecar in `pool` and returns it with its token, the only time the token exists
+    /// in clear on our side. Durable before it returns: a token we handed out is never forgotten.
+    pub async fn register(
+        &self,
+        pool: &str,
+        description: Option<String>,
+    ) -> Result<(Arc<Sidecar>, Secret), StoreError> {
+        let token = mint_token();
+        let record = SidecarRecord {
+            id: SidecarId(self.store.next_id()?),
+            pool: pool.to_string(),
+            token_digest: token.digest(),
+            description,
+            created_at: self.clock.now(),
+        };
+        self.store.put_sidecar(&record)?;
+        self.store.durable().await?;
+        let sidecar = Arc::new(Sidecar {
+            record,
+            seen: Mutex::default(),
+        });
+        self.write()
+            .insert(sidecar.record.token_digest.clone(), sidecar.clone());
+        Ok((sidecar, token))
+    }
+
+    pub fn authenticate(&self, token: &str) -> Option<Arc<Sidecar>> {
+        self.read().get(&TokenDigest::of(token)).cloned()
+    }
+
+    /// Forgets the sidecar: its token stops working at once.
+    pub async fn revoke(&self, sidecar: &Sidecar) -> Result<(), StoreError> {
+        self.write().remove(&sidecar.record.token_digest);
+        self.store.remove_sidecar(sidecar.id())?;
+        self.store.durable().await
+    }
+
+    /// Replaces a sidecar's token (`POST /runners/reset_authentication_token`).
+    pub async fn rotate(&self, sidecar: &Sidecar) -> Result<Secret, StoreError> {
+        let token = mint_token();
+        let mut record = sidecar.record.clone();
+        record.token_digest = token.digest();
+        self.store.put_sidecar(&record)?;
+        self.store.durable().await?;
+        let mut map = self.write();
+        map.remove(&sidecar.record.token_digest);
+        map.insert(
+            record.token_digest.clone(),
+            Arc::new(Sidecar {
+                record,
+                seen: Mutex::new(sidecar.lock().clone()),
+            }),
+        );
+        Ok(token)
+    }
+
+    /// Remembers what a sidecar said when it asked for a job.
+    pub fn note_poll(
+        &self,
+        sidecar: &Sidecar,
+        info: Option<Map<String, Value>>,
+        system_id: Option<String>,
+    ) {
+        let mut seen = sidecar.lock();
+        seen.last_poll = Some(self.clock.now());
+        if info.is_some() {
+            seen.info = info;
+        }
+        if system_id.is_some() {
+            seen.system_id = system_id;
+        }
+    }
+
+    /// The `info` block the pool presents to GitLab: that of the sidecar that asked most
+    /// recently, with `features` narrowed to what every live sidecar of the pool supports.
+    pub fn pool_info(&self, pool: &str) -> Option<Value> {
+        let now = self.clock.now();
+        let live: Vec<Seen> = self
+            .read()
+            .values()
+            .filter(|s| s.pool() == pool)
+            .map(|s| s.lock().clone())
+            .filter(|s| {
+                s.last_poll
+                    .is_some_and(|t| now.saturating_sub(t) <= LIVE_WINDOW_MS)
+            })
+            .filter(|s| s.info.is_some())
+            .collect();
+        let newest = live.iter().max_by_key(|s| s.last_poll)?;
+        let mut info = newest.info.clone()?;
+        let features: Vec<Map<String, Value>> = live
+            .iter()
+            .map(|s| {
+                s.info
+                    .as_ref()
+                    .and_then(|i| i.get("features"))
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
+        if let Some(common) = common_features(features.iter()) {
+            info.insert("features".into(), Value::Object(common));
+        }
+        Some(Value::Object(info))
+    }
+
+    pub fn in_pool(&self, pool: &str) -> Vec<Arc<Sidecar>> {
+        let mut list: Vec<_> = self
+            .read()
+            .values()
+            .filter(|s| s.pool() == pool)
+            .cloned()
+            .collect();
+        list.sort_by_key(|s| s.id());
+        list
+    }
+}
+
+/// A runner authentication token in GitLab's shape (`glrt-` prefix, so that `gitlab-runner
+/// register --token` takes the verify path), with 192 bits of randomness.
+fn mint_token() -> Secret {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+    let mut rng = rand::rng();
+    let body: String = (0..32)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect();
+    Secret::new(format!("glrt-{body}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::MemoryStore;
+    use serde_json::json;
+
+    fn registry() -> (Sidecars, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let sidecars = Sidecars::load(Arc::new(MemoryStore::new()), clock.clone()).unwrap();
+        (sidecars, clock)
+    }
+
+    fn info(features: Value) -> Option<Map<String, Value>> {
+        json!({"name": "gitlab-runner", "executor": "shell", "features": features})
+            .as_object()
+            .cloned()
+    }
+
+    #[tokio::test]
+    async fn tokens_authenticate_until_revoked_and_are_glrt_shaped() {
+        let (reg, _) = registry();
+        let (s, token) = reg.register("default", None).await.unwrap();
+        assert!(token.expose().starts_with("glrt-"));
+        assert_eq!(reg.authenticate(token.expose()).unwrap().id(), s.id());
+        assert!(reg.authenticate("glrt-wrong").is_none());
+        reg.revoke(&s).await.unwrap();
+        assert!(reg.authenticate(token.expose()).is_none());
+    }
+
+    #[tokio::test]
+    async fn rotation_replaces_the_token() {
+        let (reg, _) = registry();
+        let (s, old) = reg.register("default", None).await.unwrap();
+        let new = reg.rotate(&s).await.unwrap();
+        assert!(reg.authenticate(old.expose()).is_none());
+        assert_eq!(reg.authenticate(new.expose()).unwrap().id(), s.id());
+    }
+
+    #[tokio::test]
+    async fn pool_info_narrows_features_to_live_sidecars() {
+        let (reg, clock) = registry();
+        let (a, _) = reg.register("p", None).await.unwrap();
+        let (b, _) = reg.register("p", None).await.unwrap();
+        let (other, _) = reg.register("q", None).await.unwrap();
+        assert!(reg.pool_info("p").is_none());
+        reg.note_poll(
+            &a,
+            info(json!({"artifacts": true, "cancel_gracefully": true})),
+            None,
+        );
+        reg.note_poll(&other, info(json!({"artifacts": false})), None);
+        clock.advance(std::time::Duration::from_secs(1));
+        reg.note_poll(
+            &b,
+            info(json!({"artifacts": true, "cancel_gracefully": false})),
+            None,
+        );
+        let i = reg.pool_info("p").unwrap();
+        assert_eq!(
+            i["features"],
+            json!({"artifacts": true, "cancel_gracefully": false})
+        );
+        // Once `b` has been silent past the live window, only `a` speaks for the pool.
+        clock.advance(std::time::Duration::from_secs(LIVE_WINDOW_MS / 1000 - 30));
+        reg.note_poll(&a, None, None);
+        clock.advance(std::time::Duration::from_secs(60));
+        let i = reg.pool_info("p").unwrap();
+        assert_eq!(
+            i["features"],
+            json!({"artifacts": true, "cancel_gracefully": true})
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! One suite, two implementations: what every `Store` must do.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::core::job::JobPhase;
+use crate::secret::{Secret, TokenDigest};
+
+fn job(id: u64) -> JobRecord {
+    JobRecord {
+        id: JobId(id),
+        pool: "default".into(),
+        token: Secret::new(format!("glcbt-{id}")),
+        dependencies: vec![DependencyGrant {
+            id: JobId(id - 1),
+            token: Secret::new("glcbt-dep"),
+        }],
+        project_id: Some(4),
+        phase: JobPhase::Queued,
+        accepted_at: 1_000,
+    }
+}
+
+fn sidecar(id: u64) -> SidecarRecord {
+    SidecarRecord {
+        id: SidecarId(id),
+        pool: "default".into(),
+        token_digest: TokenDigest::of(&format!("glrt-{id}")),
+        description: Some("test".into()),
+        created_at: 5,
+    }
+}
+
+async fn jobs_and_payloads(store: &dyn Store) {
+    let mut j = job(10);
+    store.put_job(&j).unwrap();
+    store.put_payload(j.id, b"{\"id\":10}").unwrap();
+    store.durable().await.unwrap();
+    assert_eq!(store.job(JobId(10)).unwrap(), Some(j.clone()));
+    assert_eq!(
+        store.payload(JobId(10)).unwrap().as_deref(),
+        Some(&b"{\"id\":10}"[..])
+    );
+    j.phase = JobPhase::Finished { at: 9 };
+    store.put_job(&j).unwrap();
+    assert_eq!(store.jobs().unwrap(), vec![j.clone()]);
+    store.remove_job(j.id).unwrap();
+    assert_eq!(store.job(j.id).unwrap(), None);
+    assert_eq!(store.payload(j.id).unwrap(), None);
+    assert!(store.jobs().unwrap().is_empty());
+    store.remove_job(JobId(999)).unwrap();
+}
+
+async fn sidecars_meta_and_ids(store: &dyn Store) {
+    store.put_sidecar(&sidecar(1)).unwrap();
+    store.put_sidecar(&sidecar(2)).unwrap();
+    assert_eq!(store.sidecars().unwrap(), vec![sidecar(1), sidecar(2)]);
+    store.remove_sidecar(SidecarId(1)).unwrap();
+    assert_eq!(store.sidecars().unwrap(), vec![sidecar(2)]);
+    store
+        .put_meta("pool/default/system_id", b"s_0123456789ab")
+        .unwrap();
+    assert_eq!(
+        store.meta("pool/default/system_id").unwrap().as_deref(),
+        Some(&b"s_0123456789ab"[..])
+    );
+    assert_eq!(store.meta("absent").unwrap(), None);
+    let a = store.next_id().unwrap();
+    let b = store.next_id().unwrap();
+    assert!(a > 0 && b > a);
+    store.durable().await.unwrap();
+}
+
+#[tokio::test]
+async fn memory_store_conforms() {
+    let store = MemoryStore::new();
+    jobs_and_payloads(&store).await;
+    sidecars_meta_and_ids(&store).await;
+}
+
+#[tokio::test]
+async fn sled_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
+    jobs_and_payloads(&store).await;
+    sidecars_meta_and_ids(&store).await;
+}
+
+#[tokio::test]
+async fn sled_store_keeps_records_across_reopen_and_ids_keep_growing() {
+    let dir = tempfile::tempdir().unwrap();
+    let last_id = {
+        let store = SledStore::open(dir.path()).unwrap();
+        store.put_job(&job(7)).unwrap();
+        store.put_payload(JobId(7), b"payload").unwrap();
+        store.put_sidecar(&sidecar(3)).unwrap();
+        let id = store.next_id().unwrap();
+        store.durable().await.unwrap();
+        id
+    };
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.jobs().unwrap(), vec![job(7)]);
+    assert_eq!(
+        store.payload(JobId(7)).unwrap().as_deref(),
+        Some(&b"payload"[..])
+    );
+    assert_eq!(store.sidecars().unwrap(), vec![sidecar(3)]);
+    assert!(store.next_id().unwrap() > last_id);
+}
+
+#[tokio::test]
+async fn sled_store_refuses_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        store
+            .put_meta("schema_version", &(SCHEMA_VERSION + 1).to_be_bytes())
+            .unwrap();
+        store.durable().await.unwrap();
+    }
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
+    assert!(err.to_string().contains("newer autoscaler"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_durable_calls_share_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SledStore::open(dir.path()).unwrap());
+    let before = store.flush_count();
+    let tasks: Vec<_> = (0..64u64)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store.put_job(&job(100 + i)).unwrap();
+                store.durable().await.unwrap();
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let flushes = store.flush_count() - before;
+    assert!(flushes >= 1, "at least one flush must happen");
+    assert!(
+        flushes < 64,
+        "64 concurrent writers took {flushes} flushes: no sharing"
+    );
+    assert_eq!(store.jobs().unwrap().len(), 64);
+}
