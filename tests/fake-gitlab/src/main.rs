@@ -1,1 +1,105 @@
-fn main() {}
+//! `fake-gitlab`: GitLab's runner API as a process (see `README.md`).
+//!
+//! The first stdout line is `listening on http://ADDR` once the socket is bound, so a parent
+//! process can wait for it; logs go to stderr.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use fake_gitlab::{Config, parse_duration, parse_size};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fake-gitlab",
+    version,
+    about = "A stand-in for GitLab's runner API"
+)]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// A runner token to accept (repeatable; more via POST /control/runners).
+    #[arg(long = "runner-token")]
+    runner_tokens: Vec<String>,
+    /// How long a job request with a current `last_update` is held (0 = no long polling).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    long_poll: Duration,
+    /// X-GitLab-Trace-Update-Interval in seconds.
+    #[arg(long, default_value = "3", value_parser = parse_duration)]
+    trace_update_interval: Duration,
+    /// How long a two-phase job waits for its acceptance PUT before it is requeued.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    ack_window: Duration,
+    /// Where artifacts are stored (default: a temporary directory removed at exit).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Larger artifact uploads are refused with 413.
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    max_artifact_size: u64,
+    /// A trace beyond this size fails the job (trace_size_exceeded).
+    #[arg(long, default_value = "100MiB", value_parser = parse_size)]
+    trace_limit: u64,
+    /// Answer artifact downloads with direct_download=true by a 302 to /storage/...
+    #[arg(long)]
+    artifacts_redirect: bool,
+    /// URL jobs see as CI_SERVER_URL (default: the listening URL).
+    #[arg(long)]
+    external_url: Option<String>,
+}
+
+impl Cli {
+    fn into_config(self) -> Config {
+        Config {
+            listen: self.listen,
+            runner_tokens: self.runner_tokens,
+            long_poll: self.long_poll,
+            trace_update_interval: self.trace_update_interval,
+            ack_window: self.ack_window,
+            data_dir: self.data_dir,
+            max_artifact_size: self.max_artifact_size,
+            trace_limit: self.trace_limit,
+            artifacts_redirect: self.artifacts_redirect,
+            external_url: self.external_url,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let config = Cli::parse().into_config();
+
+    let server = fake_gitlab::start(config).await?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on http://{}", server.addr()).context("writing to stdout")?;
+        stdout.flush().context("flushing stdout")?;
+    }
+
+    wait_for_signal().await?;
+    tracing::info!("signal received, shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for SIGINT")?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}

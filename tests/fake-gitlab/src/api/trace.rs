@@ -1,0 +1,97 @@
+//! `PATCH /api/v4/jobs/:id/trace` (runner-api.md §5).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::{
+    JOB_TOKEN, ReadBodyError, TRACE_UPDATE_INTERVAL, forbidden, header_str, message, not_found,
+    not_processing, parse_id, read_limited, update_interval_secs, with_header, with_job_status,
+};
+use crate::control::JobStatus;
+use crate::shared::Shared;
+use crate::state::TraceReply;
+
+/// Only the start of `Content-Range: <start>-<end>` matters to GitLab; the answer's `Range`
+/// carries the stored length (the next offset).
+fn range_start(headers: &HeaderMap) -> Option<u64> {
+    let value = header_str(headers, header::CONTENT_RANGE)?;
+    let (start, end) = value.trim().split_once('-')?;
+    let start = start.trim().parse().ok()?;
+    end.trim().parse::<u64>().ok()?;
+    Some(start)
+}
+
+pub(super) async fn append(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(id) = parse_id(&id) else {
+        return not_found();
+    };
+    // The job token comes from the header only on this endpoint.
+    let Some(token) = header_str(&headers, JOB_TOKEN).map(str::to_owned) else {
+        return forbidden();
+    };
+    let start = range_start(&headers);
+    let limit = usize::try_from(shared.config.trace_limit)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    let body = match read_limited(&headers, body, limit).await {
+        Ok(bytes) => Some(bytes),
+        Err(ReadBodyError::TooLarge(_)) => None,
+        Err(e) => return message(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let reply = shared.mutate(|s| s.append_trace(id, &token, start, body.as_deref()));
+    let interval = update_interval_secs(&shared);
+    match reply {
+        TraceReply::NotFound => not_found(),
+        TraceReply::Forbidden => forbidden(),
+        TraceReply::NotProcessing(status) => not_processing(status),
+        TraceReply::MissingRange => {
+            message(StatusCode::BAD_REQUEST, "400 Missing header Content-Range")
+        }
+        TraceReply::Appended { length, status } => {
+            trace_answer(StatusCode::ACCEPTED, length, status, &interval)
+        }
+        TraceReply::RangeMismatch { length, status } => {
+            trace_answer(StatusCode::RANGE_NOT_SATISFIABLE, length, status, &interval)
+        }
+        TraceReply::SizeExceeded => {
+            tracing::info!(job.id = id, "trace over the limit: job failed");
+            with_job_status(forbidden(), JobStatus::Failed)
+        }
+    }
+}
+
+fn trace_answer(code: StatusCode, length: u64, status: JobStatus, interval: &str) -> Response {
+    let response = with_job_status(code.into_response(), status);
+    let response = with_header(response, header::RANGE, &format!("0-{length}"));
+    with_header(response, TRACE_UPDATE_INTERVAL, interval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(range: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(range).unwrap());
+        headers
+    }
+
+    #[test]
+    fn content_range_start() {
+        assert_eq!(range_start(&headers("0-9")), Some(0));
+        assert_eq!(range_start(&headers("10-19")), Some(10));
+        assert_eq!(range_start(&headers("bytes")), None);
+        assert_eq!(range_start(&headers("a-9")), None);
+        assert_eq!(range_start(&HeaderMap::new()), None);
+    }
+}

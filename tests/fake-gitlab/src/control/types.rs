@@ -1,0 +1,410 @@
+//! The JSON types of the control API, shared by the server and [`super::Client`].
+//!
+//! Field names and shapes are the contract in `README.md` ("Control API"); a test in another
+//! process may speak it with plain JSON, so keep them stable.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What a test asks the fake to queue (`POST /control/jobs`).
+///
+/// Only `runner_token` and `script` are required; everything else has the defaults of
+/// [`JobSpec::new`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSpec {
+    /// The runner token whose queue receives the job.
+    pub runner_token: String,
+    pub name: String,
+    pub stage: String,
+    pub project_id: u64,
+    pub project_path: String,
+    pub script: Vec<String>,
+    pub after_script: Vec<String>,
+    pub variables: Vec<JobVariable>,
+    pub artifacts: Vec<ArtifactSpec>,
+    /// Ids of earlier jobs whose `archive` artifacts this job downloads.
+    pub dependencies: Vec<u64>,
+    /// Job timeout in seconds (`runner_info.timeout`).
+    pub timeout: u64,
+    /// Clone URL; without it the job carries `GIT_STRATEGY=none`.
+    pub repo_url: Option<String>,
+    /// `info.features` keys the runner must advertise as `true`, else the job is dropped as
+    /// `runner_unsupported` (runner-api.md §3.1).
+    pub required_features: Vec<String>,
+    /// How many final `PUT`s of this job are answered `202` before the `200`.
+    pub final_put_202: u32,
+    /// `git_info.ref` (default `main`). Addition to the README's original spec.
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// `git_info.sha`; default: a random commit id. Set it when `repo_url` points at a real
+    /// repository, since the runner checks this commit out.
+    pub sha: Option<String>,
+    /// Pipeline id; default: the first dependency's pipeline, else a new one.
+    pub pipeline_id: Option<u64>,
+    /// `image.name`; default: no image (`"image": null`).
+    pub image: Option<String>,
+    /// `services[].name`.
+    pub services: Vec<String>,
+}
+
+impl JobSpec {
+    /// A spec with the given runner token and script, every other field at its default.
+    pub fn new(runner_token: impl Into<String>, script: &[&str]) -> Self {
+        JobSpec {
+            runner_token: runner_token.into(),
+            script: script.iter().map(|line| (*line).to_owned()).collect(),
+            ..JobSpec::default()
+        }
+    }
+}
+
+impl Default for JobSpec {
+    fn default() -> Self {
+        JobSpec {
+            runner_token: String::new(),
+            name: "build".to_owned(),
+            stage: "test".to_owned(),
+            project_id: 1,
+            project_path: "group/project".to_owned(),
+            script: Vec::new(),
+            after_script: Vec::new(),
+            variables: Vec::new(),
+            artifacts: Vec::new(),
+            dependencies: Vec::new(),
+            timeout: 3600,
+            repo_url: None,
+            required_features: Vec::new(),
+            final_put_202: 0,
+            git_ref: "main".to_owned(),
+            sha: None,
+            pipeline_id: None,
+            image: None,
+            services: Vec::new(),
+        }
+    }
+}
+
+/// A CI/CD variable, exactly as it appears in the job payload (runner-api.md §3.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobVariable {
+    pub key: String,
+    pub value: String,
+    pub masked: bool,
+    pub file: bool,
+    pub public: bool,
+    pub raw: bool,
+}
+
+impl JobVariable {
+    /// A plain public variable.
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
+        JobVariable {
+            key: key.into(),
+            value: value.into(),
+            ..JobVariable::default()
+        }
+    }
+}
+
+impl Default for JobVariable {
+    fn default() -> Self {
+        JobVariable {
+            key: String::new(),
+            value: String::new(),
+            masked: false,
+            file: false,
+            public: true,
+            raw: false,
+        }
+    }
+}
+
+/// One `artifacts[]` entry of the job payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ArtifactSpec {
+    pub name: String,
+    pub paths: Vec<String>,
+    pub exclude: Vec<String>,
+    pub untracked: bool,
+    /// `on_success`, `on_failure` or `always`.
+    pub when: String,
+    pub artifact_type: String,
+    pub artifact_format: String,
+    pub expire_in: Option<String>,
+}
+
+impl Default for ArtifactSpec {
+    fn default() -> Self {
+        ArtifactSpec {
+            name: "artifacts".to_owned(),
+            paths: Vec::new(),
+            exclude: Vec::new(),
+            untracked: false,
+            when: "on_success".to_owned(),
+            artifact_type: "archive".to_owned(),
+            artifact_format: "zip".to_owned(),
+            expire_in: None,
+        }
+    }
+}
+
+/// Answer to `POST /control/jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueuedJob {
+    pub id: u64,
+    /// The job token (`glcbt-…`).
+    pub token: String,
+}
+
+/// A job's state. `WaitingForAck` is the fake's name for GitLab's "pending, handed out, waiting
+/// in the ack queue" (runner-api.md §3.5); on the wire (`Job-Status`) it reads `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Pending,
+    WaitingForAck,
+    Running,
+    Canceling,
+    Canceled,
+    Success,
+    Failed,
+}
+
+impl JobStatus {
+    /// `success`, `failed` or `canceled`: nothing changes any more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Success | JobStatus::Failed | JobStatus::Canceled
+        )
+    }
+
+    /// `running` or any state a running job can reach.
+    pub fn is_running_or_later(self) -> bool {
+        !matches!(self, JobStatus::Pending | JobStatus::WaitingForAck)
+    }
+
+    /// The value GitLab puts in the `Job-Status` header.
+    pub fn as_gitlab_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending | JobStatus::WaitingForAck => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Canceling => "canceling",
+            JobStatus::Canceled => "canceled",
+            JobStatus::Success => "success",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// The name used by the control API (`waiting_for_ack` stays distinct).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::WaitingForAck => "waiting_for_ack",
+            other => other.as_gitlab_str(),
+        }
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a job looks like to a test (`GET /control/jobs/:id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    pub name: String,
+    pub runner_token: String,
+    pub status: JobStatus,
+    pub failure_reason: Option<String>,
+    pub exit_code: Option<i64>,
+    pub trace_bytes: u64,
+    /// `crc32:%08x` of the stored trace, comparable with the runner's `output.checksum`.
+    pub trace_crc32: String,
+    pub reported_checksum: Option<String>,
+    pub reported_bytesize: Option<u64>,
+    pub artifacts: Vec<ArtifactView>,
+    pub final_put_attempts: u32,
+    /// `system_id` of the job request that took the job.
+    pub system_id: Option<String>,
+    /// `info.features` of the job request that took the job.
+    pub runner_features: Option<BTreeMap<String, bool>>,
+    /// How many times the job was handed out (more than 1 after an ack-window requeue).
+    /// Addition to the README's original view.
+    #[serde(default)]
+    pub handouts: u32,
+}
+
+/// An uploaded artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactView {
+    pub artifact_type: String,
+    pub artifact_format: String,
+    pub filename: String,
+    pub size: u64,
+    pub expire_in: Option<String>,
+}
+
+/// One known runner token (`GET /control/runners`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunnerView {
+    pub token: String,
+    /// `POST /api/v4/jobs/request` calls seen with this token (held ones included).
+    pub requests: u64,
+    /// Every `system_id` seen (job requests and verify), in order of first appearance.
+    pub system_ids: Vec<String>,
+    /// The `info` object of the last job request.
+    pub last_info: Option<serde_json::Value>,
+}
+
+/// Body of `POST /control/runners`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewRunner {
+    pub token: String,
+}
+
+/// Answer to `POST /control/jobs/:id/cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelOutcome {
+    /// `canceling` or `canceled`; for a job that had already finished, its final status.
+    pub status: JobStatus,
+}
+
+/// A fault injected into `/api/v4/*` requests (`POST /control/faults`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultRule {
+    /// HTTP methods the rule applies to; empty = all.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Request path prefix, e.g. `/api/v4/jobs`; none = every `/api/v4` path.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    pub action: FaultAction,
+    /// How many requests the rule hits before it disappears.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// How long after creation the rule lives.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+}
+
+impl FaultRule {
+    /// A rule with `action` for every `/api/v4` request, until deleted.
+    pub fn new(action: FaultAction) -> Self {
+        FaultRule {
+            methods: Vec::new(),
+            path_prefix: None,
+            action,
+            count: None,
+            duration_ms: None,
+        }
+    }
+
+    /// Restrict to these HTTP methods.
+    pub fn methods(mut self, methods: &[&str]) -> Self {
+        self.methods = methods.iter().map(|m| (*m).to_owned()).collect();
+        self
+    }
+
+    /// Restrict to paths starting with `prefix`.
+    pub fn path_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.path_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Hit at most `count` requests.
+    pub fn count(mut self, count: u64) -> Self {
+        self.count = Some(count);
+        self
+    }
+
+    /// Live for `duration` after creation.
+    pub fn duration(mut self, duration: Duration) -> Self {
+        self.duration_ms = Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+}
+
+/// What a matching fault rule does to the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FaultAction {
+    /// Answer this status without running the handler, with `Retry-After: <seconds>` if given.
+    Status {
+        status: u16,
+        #[serde(default)]
+        retry_after: Option<u64>,
+    },
+    /// Close the TCP connection without answering.
+    Drop,
+    /// Answer normally after `ms` milliseconds.
+    Delay { ms: u64 },
+}
+
+/// Answer to `POST /control/faults`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultId {
+    pub id: u64,
+}
+
+/// Request counters (`GET /control/stats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// `"<METHOD> <route template>"` → status (or `"dropped"`) → count.
+    pub requests: BTreeMap<String, BTreeMap<String, u64>>,
+    pub faults_injected: u64,
+}
+
+impl Stats {
+    /// How many `route` requests (e.g. `"PATCH /api/v4/jobs/:id/trace"`) got `status`
+    /// (e.g. `"202"` or `"dropped"`).
+    pub fn count(&self, route: &str, status: &str) -> u64 {
+        self.requests
+            .get(route)
+            .and_then(|by_status| by_status.get(status))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many `route` requests were seen, whatever their outcome.
+    pub fn total(&self, route: &str) -> u64 {
+        self.requests
+            .get(route)
+            .map(|by_status| by_status.values().sum())
+            .unwrap_or(0)
+    }
+}
+
+/// What `GET /control/jobs/:id?wait=` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitFor {
+    /// `running` or any later state.
+    Running,
+    /// `success`, `failed` or `canceled`.
+    Final,
+}
+
+impl WaitFor {
+    pub fn is_reached(self, status: JobStatus) -> bool {
+        match self {
+            WaitFor::Running => status.is_running_or_later(),
+            WaitFor::Final => status.is_final(),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitFor::Running => "running",
+            WaitFor::Final => "final",
+        }
+    }
+}
