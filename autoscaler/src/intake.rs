@@ -71,7 +71,7 @@ impl Intake {
             let mut changes = self.pool.queue.subscribe();
             let mut in_flight: JoinSet<Round> = JoinSet::new();
             let mut not_before = Instant::now();
-            let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+            let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
             let mut failing = false;
             loop {
                 let limit = self.pool.config.request_concurrency as usize;

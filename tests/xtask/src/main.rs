@@ -1,1 +1,84 @@
-fn main() {}
+//! Project tasks, run as `cargo xtask <task>`:
+//!
+//! - `test`: formatting, lints, a build of every binary, then every test (the command CI runs);
+//! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary).
+//!
+//! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+
+fn main() -> ExitCode {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    let rest: Vec<String> = std::env::args().skip(2).collect();
+    let result = match task.as_str() {
+        "test" => test(&rest),
+        "demo" => demo(&rest),
+        _ => {
+            eprintln!("usage: cargo xtask <test|demo> [args]\n  test  run formatting, lints and every test\n  demo  run the demo");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs a command in the workspace root, echoing it first; fails on a non-zero exit.
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("+ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(workspace_root()?)
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn workspace_root() -> Result<std::path::PathBuf> {
+    let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    Ok(manifest
+        .parent()
+        .and_then(|p| p.parent())
+        .context("xtask is not inside the workspace")?
+        .to_path_buf())
+}
+
+fn has_cargo_subcommand(name: &str) -> bool {
+    Command::new("cargo")
+        .args([name, "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    run("cargo", &["fmt", "--all", "--", "--check"])?;
+    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    // The end-to-end tests start the workspace's binaries as processes.
+    run("cargo", &["build", "--workspace", "--bins"])?;
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    if has_cargo_subcommand("nextest") {
+        let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
+        args.extend(&extra);
+        run("cargo", &args)
+    } else {
+        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+        args.extend(&extra);
+        run("cargo", &args)
+    }
+}
+
+fn demo(extra: &[String]) -> Result<()> {
+    run("cargo", &["build", "--release", "--workspace", "--bins"])?;
+    let demo = workspace_root()?.join("target/release/demo");
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    run(demo.to_str().context("non-UTF-8 path")?, &extra)
+}
