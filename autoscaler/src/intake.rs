@@ -16,7 +16,8 @@ use tracing::Instrument;
 use crate::config::UpstreamConfig;
 use crate::core::JobId;
 use crate::core::backoff::Backoff;
-use crate::jobs::{Accepted, Jobs};
+use crate::jobs::{Accepted, Jobs, Reissue};
+use crate::mirror::relay;
 use crate::pools::Pool;
 use crate::sidecars::Sidecars;
 use crate::upstream::{JobRequest, JobRequestOutcome, Upstream, UpstreamError};
@@ -202,7 +203,7 @@ impl Intake {
                 Round::Job(id)
             }
             Ok(Accepted::Again(id)) => {
-                tracing::info!(job.id = %id, "GitLab handed out a job we already hold; keeping the one we have");
+                self.reissued(id, payload).await;
                 Round::Job(id)
             }
             Err(e) => {
@@ -212,6 +213,35 @@ impl Intake {
                     retry_after: None,
                     reason: e.to_string(),
                 }
+            }
+        }
+    }
+}
+
+impl Intake {
+    /// GitLab handed out a job we hold: it never saw the job's acceptance (two-phase commit
+    /// requeues unacknowledged jobs).
+    async fn reissued(&self, id: JobId, payload: &[u8]) {
+        match self.jobs.reissued(id, payload) {
+            Ok(Reissue::RunAgain) => {
+                tracing::warn!(job.id = %id, "GitLab handed out again a job that had ended here; running it again");
+                self.pool.queue.offer(id);
+            }
+            Ok(Reissue::Reaccept(body)) => {
+                tracing::warn!(job.id = %id, "GitLab handed out again a job a sidecar is running; re-sending its acceptance");
+                match relay::deliver_acceptance(self.upstream.as_ref(), &self.jobs, id, body).await
+                {
+                    Ok(()) => tracing::info!(job.id = %id, "acceptance delivered"),
+                    Err(e) => {
+                        tracing::warn!(job.id = %id, error = %e, "acceptance still not delivered; the next call for the job retries it")
+                    }
+                }
+            }
+            Ok(Reissue::AlreadyQueued) => {
+                tracing::debug!(job.id = %id, "GitLab handed out again a job that is queued here")
+            }
+            Err(e) => {
+                tracing::error!(job.id = %id, error = %e, "cannot handle a job GitLab handed out again")
             }
         }
     }

@@ -34,6 +34,17 @@ pub enum Denied {
     WrongToken(JobId),
 }
 
+/// What to do about a job GitLab handed out again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reissue {
+    /// It had ended here; offer it to the pool again.
+    RunAgain,
+    /// A sidecar runs it but GitLab never got the acceptance: send this acceptance body now.
+    Reaccept(Bytes),
+    /// It is queued or handed out already; nothing to do.
+    AlreadyQueued,
+}
+
 /// The outcome of taking a job from GitLab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
@@ -50,6 +61,10 @@ struct Held {
     /// The trace length GitLab last confirmed (`Range: 0-<n>`), when known. Lets the relay answer
     /// a patch at the wrong offset with `416` without a round trip.
     trace_length: Option<u64>,
+    /// A sidecar's acceptance (`PUT state=running` body) that GitLab did not confirm because it
+    /// was down. Delivered before any later call for the job, so that GitLab never sees trace or
+    /// a final state for a job it still thinks is waiting for acknowledgement.
+    pending_acceptance: Option<Bytes>,
 }
 
 #[derive(Debug)]
@@ -73,6 +88,7 @@ impl Jobs {
                     Held {
                         record,
                         trace_length: None,
+                        pending_acceptance: None,
                     },
                 )
             })
@@ -145,6 +161,7 @@ impl Jobs {
             Held {
                 record,
                 trace_length: None,
+                pending_acceptance: None,
             },
         );
         self.bump();
@@ -234,6 +251,50 @@ impl Jobs {
         if let Some(j) = self.lock().get_mut(&id) {
             j.trace_length = Some(length);
         }
+    }
+
+    pub fn pending_acceptance(&self, id: JobId) -> Option<Bytes> {
+        self.lock()
+            .get(&id)
+            .and_then(|j| j.pending_acceptance.clone())
+    }
+
+    /// Remembers (`Some`) or forgets (`None`) an acceptance GitLab has not confirmed.
+    pub fn set_pending_acceptance(&self, id: JobId, body: Option<Bytes>) {
+        if let Some(j) = self.lock().get_mut(&id) {
+            j.pending_acceptance = body;
+        }
+    }
+
+    /// GitLab handed out a job we already hold. What it means depends on where the job is.
+    pub fn reissued(&self, id: JobId, payload: &[u8]) -> Result<Reissue, JobsError> {
+        let (before, after) = self.apply(id, JobEvent::Reissued)?;
+        Ok(match (before, after) {
+            (JobPhase::Finished { .. }, JobPhase::Queued) => {
+                // The run we knew ended; GitLab wants the job run. The payload may be new.
+                self.store.put_payload(id, payload)?;
+                if let Some(j) = self.lock().get_mut(&id) {
+                    j.trace_length = None;
+                    j.pending_acceptance = None;
+                }
+                Reissue::RunAgain
+            }
+            (JobPhase::Running { .. }, _) => Reissue::Reaccept(
+                self.pending_acceptance(id)
+                    .unwrap_or_else(|| self.synthesized_acceptance(id)),
+            ),
+            _ => Reissue::AlreadyQueued,
+        })
+    }
+
+    /// The smallest acceptance GitLab takes: the job token and `state: running`.
+    fn synthesized_acceptance(&self, id: JobId) -> Bytes {
+        let token = self
+            .lock()
+            .get(&id)
+            .map(|j| j.record.token.expose().to_string())
+            .unwrap_or_default();
+        Bytes::from(serde_json::json!({"token": token, "state": "running"}).to_string())
     }
 
     /// Jobs of `pool` handed out longer than `window` ago without acceptance.

@@ -9,6 +9,7 @@ pub mod intake;
 pub mod jobs;
 pub mod mirror;
 pub mod pools;
+pub mod provisioner;
 pub mod secret;
 pub mod service;
 pub mod sidecars;

@@ -43,6 +43,9 @@ pub enum JobEvent {
     Accepted,
     /// GitLab answered the final update with `200`, or refused further calls for the job.
     Ended,
+    /// GitLab handed the job out again: it never saw an acceptance (two-phase commit requeues a
+    /// job that was not acknowledged in time). A job that had ended on our side runs again.
+    Reissued,
 }
 
 /// A transition the machine does not define. Seeing one means a caller is confused about the
@@ -83,6 +86,9 @@ pub fn transition(
         (P::Running { .. }, E::Accepted) => phase.clone(),
         (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Ended) => P::Finished { at: now },
         (P::Finished { .. }, E::Accepted | E::Ended) => phase.clone(),
+        (P::Finished { .. }, E::Reissued) => P::Queued,
+        // Not finished: the job is still ours where it is; the caller re-delivers its acceptance.
+        (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Reissued) => phase.clone(),
         // A timeout or failed hand-out racing with the acceptance: the acceptance won.
         (P::Running { .. } | P::Finished { .. }, E::AckTimedOut | E::HandOutFailed) => {
             phase.clone()
@@ -179,6 +185,9 @@ mod tests {
             (finished.clone(), E::Accepted, Some(finished.clone())),
             (finished.clone(), E::Ended, Some(finished.clone())),
             (finished.clone(), E::HandedOut { sidecar: S }, None),
+            (finished.clone(), E::Reissued, Some(P::Queued)),
+            (running.clone(), E::Reissued, Some(running.clone())),
+            (assigned.clone(), E::Reissued, Some(assigned.clone())),
         ];
         for (phase, event, expected) in cases {
             let got = transition(&phase, &event, 100).ok();
@@ -206,20 +215,24 @@ mod tests {
             Just(JobEvent::AckTimedOut),
             Just(JobEvent::Accepted),
             Just(JobEvent::Ended),
+            Just(JobEvent::Reissued),
         ]
     }
 
     proptest! {
-        /// Whatever happens, `Finished` is terminal and a job never goes back to the queue once
-        /// a sidecar accepted it (that would run it twice).
+        /// Whatever happens, only GitLab reissuing a job reopens a finished one, and a job never
+        /// goes back to the queue once a sidecar accepted it (that would run it twice).
         #[test]
         fn finished_is_terminal_and_running_never_requeues(events in proptest::collection::vec(event(), 0..40)) {
             let mut phase = JobPhase::Queued;
             let mut was_running = false;
             for (now, e) in events.iter().enumerate() {
                 if let Ok(next) = transition(&phase, e, now as Millis) {
-                    if phase.is_finished() {
+                    if phase.is_finished() && *e != JobEvent::Reissued {
                         prop_assert_eq!(&next, &phase);
+                    }
+                    if *e == JobEvent::Reissued {
+                        was_running = false;
                     }
                     if was_running {
                         let requeued = next.is_queued() || matches!(next, JobPhase::Assigned { .. });

@@ -2,9 +2,13 @@
 //! does IO, reads a clock or spawns a task; time comes in as an argument.
 
 pub mod backoff;
+pub mod breaker;
 pub mod features;
 pub mod job;
+pub mod machine;
 pub mod payload;
+pub mod reconcile;
+pub mod throttle;
 
 use serde::{Deserialize, Serialize};
 

@@ -7,7 +7,7 @@
 mod body;
 mod error;
 mod job_request;
-mod relay;
+pub mod relay;
 mod runners;
 
 use std::collections::HashMap;

@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use futures::TryStreamExt;
 use serde::Deserialize;
 
@@ -20,10 +21,14 @@ use super::body::{header, read_limited};
 use super::{ApiError, App};
 use crate::core::JobId;
 use crate::core::job::JobEvent;
+use crate::jobs::Jobs;
 use crate::store::JobRecord;
 use crate::upstream::{
-    Forward, ForwardBody, Forwarded, filter_request_headers, filter_response_headers,
+    Forward, ForwardBody, Forwarded, Upstream, filter_request_headers, filter_response_headers,
 };
+
+/// How long one attempt to deliver a pending acceptance may take.
+const ACCEPTANCE_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn job_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse::<u64>()
@@ -61,6 +66,63 @@ async fn forward(
     Ok(app.upstream.forward(call).await?)
 }
 
+/// Sends a job's acceptance that GitLab has not confirmed yet (it was down when the sidecar sent
+/// it). `Ok` once GitLab answered with anything but a server error: then it has either taken the
+/// acceptance or made up its mind about the job, and later calls get its verdict.
+pub async fn deliver_acceptance(
+    upstream: &dyn Upstream,
+    jobs: &Jobs,
+    id: JobId,
+    body: Bytes,
+) -> Result<(), ApiError> {
+    let Some(record) = jobs.get(id) else {
+        return Ok(());
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(token) = http::HeaderValue::from_str(record.token.expose()) {
+        headers.insert("job-token", token);
+    }
+    let call = Forward {
+        method: Method::PUT,
+        path: format!("/api/v4/jobs/{id}"),
+        query: None,
+        headers,
+        body: ForwardBody::Bytes(body.clone()),
+        timeout: ACCEPTANCE_TIMEOUT,
+    };
+    let result = upstream.forward(call).await;
+    match result {
+        Ok(f) if !f.status.is_server_error() => {
+            jobs.set_pending_acceptance(id, None);
+            Ok(())
+        }
+        Ok(f) => {
+            jobs.set_pending_acceptance(id, Some(body));
+            Err(ApiError::BadGateway(format!(
+                "GitLab answered {} to the job's acceptance",
+                f.status
+            )))
+        }
+        Err(e) => {
+            jobs.set_pending_acceptance(id, Some(body));
+            Err(e.into())
+        }
+    }
+}
+
+/// Before relaying anything else for a job whose acceptance GitLab has not seen, deliver it;
+/// while GitLab cannot take it, the call is answered `502` (the runner retries) and not sent.
+async fn ensure_accepted(app: &App, id: JobId) -> Result<(), ApiError> {
+    match app.jobs.pending_acceptance(id) {
+        None => Ok(()),
+        Some(body) => deliver_acceptance(app.upstream.as_ref(), &app.jobs, id, body).await,
+    }
+}
+
 fn respond(forwarded: Forwarded) -> Response {
     let mut response = Body::from_stream(forwarded.body).into_response();
     *response.status_mut() = forwarded.status;
@@ -96,20 +158,31 @@ pub async fn update_job(
     let record = app.jobs.authorize(id, token)?;
     note_job(&record);
     let state = update.state.as_deref().unwrap_or("");
-    if state == "running" {
+    let accepting = state == "running";
+    if accepting {
         // The sidecar has the job whatever GitLab says next: it leaves the hand-out queue now.
         record_event(&app, id, JobEvent::Accepted);
+    } else {
+        ensure_accepted(&app, id).await?;
     }
-    let forwarded = forward(
+    let sent = forward(
         &app,
         Method::PUT,
         format!("/api/v4/jobs/{id}"),
         None,
         &headers,
-        ForwardBody::Bytes(bytes),
+        ForwardBody::Bytes(bytes.clone()),
         app.limits.call_timeout,
     )
-    .await?;
+    .await;
+    if accepting {
+        // A `running` update that GitLab did not take is kept, to be delivered before anything
+        // else for the job: a stock runner runs the job anyway and never resends it.
+        let unconfirmed = sent.as_ref().map_or(true, |f| f.status.is_server_error());
+        app.jobs
+            .set_pending_acceptance(id, unconfirmed.then_some(bytes));
+    }
+    let forwarded = sent?;
     let status = forwarded.status.as_u16();
     let is_final = matches!(state, "success" | "failed");
     if (is_final && status == 200) || status == 403 || status == 404 {
@@ -175,6 +248,7 @@ pub async fn patch_trace(
     {
         return Err(ApiError::RangeMismatch { start, length });
     }
+    ensure_accepted(&app, id).await?;
     let forwarded = forward(
         &app,
         Method::PATCH,
@@ -208,6 +282,7 @@ pub async fn upload_artifacts(
     let token = job_token(&headers)?;
     let record = app.jobs.authorize(id, token)?;
     note_job(&record);
+    ensure_accepted(&app, id).await?;
     let stream = body.into_data_stream().map_err(std::io::Error::other);
     let forwarded = forward(
         &app,

@@ -530,3 +530,56 @@ async fn nothing_a_sidecar_receives_contains_an_upstream_token() {
     let seen = String::from_utf8_lossy(&seen);
     assert!(!seen.contains(UPSTREAM_TOKEN_A) && !seen.contains(UPSTREAM_TOKEN_B));
 }
+
+#[tokio::test]
+async fn an_acceptance_gitlab_missed_is_delivered_before_anything_else() {
+    let h = harness();
+    h.queue_job("a", 110, json!([])).await;
+    // GitLab is down when the sidecar accepts the job: the runner gets the 502 and runs anyway.
+    h.upstream.answer(Ok(Scripted::new(502)));
+    assert_eq!(
+        h.call(put_job(110, "glcbt-job110", "running")).await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    // Still down: the trace patch is not sent before the acceptance, and the runner retries.
+    h.upstream.answer(Ok(Scripted::new(502)));
+    assert_eq!(
+        h.call(patch_trace(110, "glcbt-job110", "0-1", b"ab"))
+            .await
+            .status,
+        StatusCode::BAD_GATEWAY
+    );
+    // Back: the acceptance goes first, then the patch.
+    h.upstream
+        .answer(Ok(Scripted::new(200).header("job-status", "running")));
+    h.upstream
+        .answer(Ok(Scripted::new(202).header("range", "0-2")));
+    assert_eq!(
+        h.call(patch_trace(110, "glcbt-job110", "0-1", b"ab"))
+            .await
+            .status,
+        StatusCode::ACCEPTED
+    );
+    let calls = h.upstream.calls();
+    let sequence: Vec<(&str, &[u8])> = calls
+        .iter()
+        .map(|c| (c.path.as_str(), c.body.as_ref()))
+        .collect();
+    let acceptance: &[u8] = br#"{"token":"glcbt-job110","state":"running"}"#;
+    assert_eq!(
+        sequence,
+        vec![
+            ("/api/v4/jobs/110", acceptance),
+            ("/api/v4/jobs/110", acceptance),
+            ("/api/v4/jobs/110", acceptance),
+            ("/api/v4/jobs/110/trace", &b"ab"[..]),
+        ]
+    );
+    // Delivered once; later calls go straight through.
+    h.upstream.answer(Ok(Scripted::new(200)));
+    assert_eq!(
+        h.call(put_job(110, "glcbt-job110", "success")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.upstream.calls().len(), 5);
+}

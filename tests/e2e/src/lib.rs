@@ -16,7 +16,8 @@ pub fn crc32_tag(bytes: &[u8]) -> String {
 
 /// The files of a zip archive, by name.
 pub fn unzip(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>> {
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).context("not a zip archive")?;
+    let mut archive =
+        zip::ZipArchive::new(std::io::Cursor::new(bytes)).context("not a zip archive")?;
     let mut files = BTreeMap::new();
     for i in 0..archive.len() {
         let mut file = archive.by_index(i)?;

@@ -15,7 +15,10 @@ use tokio::process::{Child, Command};
 /// or one level up (an integration test in `deps/`).
 pub fn binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the running executable")?;
-    let mut dir = exe.parent().context("executable has no directory")?.to_path_buf();
+    let mut dir = exe
+        .parent()
+        .context("executable has no directory")?
+        .to_path_buf();
     if dir.ends_with("deps") {
         dir.pop();
     }
@@ -45,7 +48,9 @@ impl Proc {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = command.spawn().with_context(|| format!("cannot start {name}"))?;
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
         if let Some(stdout) = child.stdout.take() {
             forward_lines(name.to_string(), stdout);
         }
@@ -62,14 +67,19 @@ impl Proc {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        let mut child = command.spawn().with_context(|| format!("cannot start {name}"))?;
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot start {name}"))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let mut lines = BufReader::new(stdout).lines();
         let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
             .with_context(|| format!("{name} did not report its address within 60 s"))?
             .with_context(|| format!("reading {name}'s stdout"))?;
-        let Some(url) = first.as_deref().and_then(|l| l.strip_prefix("listening on ")) else {
+        let Some(url) = first
+            .as_deref()
+            .and_then(|l| l.strip_prefix("listening on "))
+        else {
             let status = child.try_wait().ok().flatten();
             bail!("{name} did not start (first line {first:?}, exit status {status:?})");
         };

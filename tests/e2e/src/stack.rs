@@ -76,14 +76,25 @@ pub struct Autoscaler {
 impl Autoscaler {
     /// Writes a configuration for `pools` talking to `gitlab_url` into `dir` and starts
     /// `autoscaler run` on a free port. `extra` is appended to the `[server]` table.
-    pub async fn start(dir: &Path, gitlab_url: &str, pools: &[PoolSpec], server_extra: &str) -> Result<Self> {
+    pub async fn start(
+        dir: &Path,
+        gitlab_url: &str,
+        pools: &[PoolSpec],
+        server_extra: &str,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("autoscaler.toml");
-        std::fs::write(&config_path, config_toml("127.0.0.1:0", gitlab_url, pools, server_extra))?;
+        std::fs::write(
+            &config_path,
+            config_toml("127.0.0.1:0", gitlab_url, pools, server_extra),
+        )?;
         let (proc, url) = spawn_autoscaler(&config_path).await?;
         // Later restarts keep the port, as a real deployment does: sidecars know this URL.
         let listen = url.trim_start_matches("http://").to_string();
-        std::fs::write(&config_path, config_toml(&listen, gitlab_url, pools, server_extra))?;
+        std::fs::write(
+            &config_path,
+            config_toml(&listen, gitlab_url, pools, server_extra),
+        )?;
         Ok(Self {
             proc,
             url,
@@ -135,7 +146,11 @@ fn config_toml(listen: &str, gitlab_url: &str, pools: &[PoolSpec], server_extra:
 
 /// Registers a sidecar with a pool's registration token, the way `gitlab-runner register`
 /// does (`POST /api/v4/runners`), and returns its runner token.
-pub async fn register_sidecar(autoscaler_url: &str, registration_token: &str, description: &str) -> Result<String> {
+pub async fn register_sidecar(
+    autoscaler_url: &str,
+    registration_token: &str,
+    description: &str,
+) -> Result<String> {
     let response = reqwest::Client::new()
         .post(format!("{autoscaler_url}/api/v4/runners"))
         .json(&serde_json::json!({"token": registration_token, "description": description}))
@@ -159,7 +174,13 @@ pub struct Sidecar {
 
 impl Sidecar {
     /// Starts `sidecar run` against `url` with `token`, running up to `concurrent` jobs at once.
-    pub fn start(name: &str, url: &str, token: &str, concurrent: u32, builds_dir: &Path) -> Result<Self> {
+    pub fn start(
+        name: &str,
+        url: &str,
+        token: &str,
+        concurrent: u32,
+        builds_dir: &Path,
+    ) -> Result<Self> {
         let mut command = Command::new(binary("sidecar")?);
         command
             .arg("run")

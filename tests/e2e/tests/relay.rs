@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, Sidecar, register_sidecar};
 use e2e::unzip;
-use fake_gitlab::control::{ArtifactSpec, FaultAction, FaultRule, JobSpec, JobStatus, JobVariable, JobView};
+use fake_gitlab::control::{
+    ArtifactSpec, FaultAction, FaultRule, JobSpec, JobStatus, JobVariable, JobView,
+};
 use tempfile::TempDir;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(120);
@@ -26,12 +28,29 @@ async fn system(n: usize, gitlab_args: &[&str]) -> Result<System> {
     let gitlab = FakeGitLab::start(gitlab_args).await?;
     let pool = PoolSpec::new("default");
     gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(&dir.path().join("autoscaler"), &gitlab.url, std::slice::from_ref(&pool), "long_poll_timeout = \"20s\"").await?;
+    let autoscaler = Autoscaler::start(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"20s\"",
+    )
+    .await?;
     let mut sidecars = Vec::new();
     for i in 0..n {
-        let token = register_sidecar(&autoscaler.url, &pool.registration_token, &format!("sidecar-{i}")).await?;
+        let token = register_sidecar(
+            &autoscaler.url,
+            &pool.registration_token,
+            &format!("sidecar-{i}"),
+        )
+        .await?;
         let builds = dir.path().join(format!("builds-{i}"));
-        sidecars.push(Sidecar::start(&format!("sidecar-{i}"), &autoscaler.url, &token, 1, &builds)?);
+        sidecars.push(Sidecar::start(
+            &format!("sidecar-{i}"),
+            &autoscaler.url,
+            &token,
+            1,
+            &builds,
+        )?);
     }
     Ok(System {
         gitlab,
@@ -53,7 +72,8 @@ impl System {
 
     async fn finish(&self, id: u64) -> Result<(JobView, String)> {
         let view = self.gitlab.control.wait_final(id, JOB_TIMEOUT).await?;
-        let trace = String::from_utf8(self.gitlab.control.trace(id).await?).context("trace is not UTF-8")?;
+        let trace = String::from_utf8(self.gitlab.control.trace(id).await?)
+            .context("trace is not UTF-8")?;
         Ok((view, trace))
     }
 }
@@ -124,8 +144,12 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
     for i in 0..30 {
         let kind = &kinds[i % kinds.len()];
         let mut spec = match kind {
-            Kind::Lines(n) => sys.spec(&[&format!("for n in $(seq 1 {n}); do echo \"job-{i} line $n\"; done")]),
-            Kind::Bulk => sys.spec(&["head -c 1500000 /dev/zero | tr '\\0' 'x' | fold -w 100"]),
+            Kind::Lines(n) => sys.spec(&[&format!(
+                "for n in $(seq 1 {n}); do echo \"job-{i} line $n\"; done"
+            )]),
+            Kind::Bulk => {
+                sys.spec(&["head -c 1500000 /dev/zero | tr '\\0' 'x' | fold -w 100; echo"])
+            }
             Kind::Failing => sys.spec(&["echo about to fail", "exit 3", "echo not reached"]),
             Kind::Masked => {
                 let mut s = sys.spec(&["echo \"the secret is $SECRET_VALUE\""]);
@@ -154,13 +178,31 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
     let mut produced = BTreeMap::new();
     for (i, id) in &producers {
         let (view, trace) = sys.finish(*id).await?;
-        ensure!(view.status == JobStatus::Success, "producer {i}: {view:?}\n{trace}");
+        ensure!(
+            view.status == JobStatus::Success,
+            "producer {i}: {view:?}\n{trace}"
+        );
         check_trace_integrity(&view)?;
-        ensure!(trace.contains(&format!("produced-{i}")), "producer {i} trace:\n{trace}");
-        let archive = sys.gitlab.control.artifact(*id, "archive").await?.context("no archive")?;
+        ensure!(
+            trace.contains(&format!("produced-{i}")),
+            "producer {i} trace:\n{trace}"
+        );
+        let archive = sys
+            .gitlab
+            .control
+            .artifact(*id, "archive")
+            .await?
+            .context("no archive")?;
         let files = unzip(&archive)?;
-        ensure!(files.get("out/data.txt").map(Vec::as_slice) == Some(format!("payload-{i}\n").as_bytes()), "producer {i}: {:?}", files.keys());
-        ensure!(files.get("out/numbers.txt").map(Vec::as_slice) == Some(numbers(20_000 + i).as_bytes()));
+        ensure!(
+            files.get("out/data.txt").map(Vec::as_slice)
+                == Some(format!("payload-{i}\n").as_bytes()),
+            "producer {i}: {:?}",
+            files.keys()
+        );
+        ensure!(
+            files.get("out/numbers.txt").map(Vec::as_slice) == Some(numbers(20_000 + i).as_bytes())
+        );
         produced.insert(*i, *id);
     }
 
@@ -182,31 +224,51 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
             Kind::Lines(n) => {
                 ensure!(view.status == JobStatus::Success, "{view:?}");
                 let expected: String = (1..=*n).map(|k| format!("job-{i} line {k}\n")).collect();
-                ensure!(trace.contains(&expected), "job {i}: output lines missing or out of order");
+                ensure!(
+                    trace.contains(&expected),
+                    "job {i}: output lines missing or out of order"
+                );
             }
             Kind::Bulk => {
                 ensure!(view.status == JobStatus::Success, "{view:?}");
                 let line = format!("{}\n", "x".repeat(100));
-                ensure!(trace.contains(&line.repeat(15_000)), "job {i}: bulk output incomplete");
+                ensure!(
+                    trace.contains(&line.repeat(15_000)),
+                    "job {i}: bulk output incomplete"
+                );
             }
             Kind::Failing => {
                 ensure!(view.status == JobStatus::Failed, "{view:?}");
-                ensure!(view.failure_reason.as_deref() == Some("script_failure"), "{view:?}");
+                ensure!(
+                    view.failure_reason.as_deref() == Some("script_failure"),
+                    "{view:?}"
+                );
                 ensure!(view.exit_code == Some(3), "{view:?}");
                 ensure!(trace.contains("about to fail") && !trace.contains("not reached"));
             }
             Kind::Masked => {
                 ensure!(view.status == JobStatus::Success, "{view:?}");
-                ensure!(trace.contains("the secret is [MASKED]"), "job {i}:\n{trace}");
-                ensure!(!trace.contains("s3cr3t-value"), "job {i}: secret leaked into the trace");
+                ensure!(
+                    trace.contains("the secret is [MASKED]"),
+                    "job {i}:\n{trace}"
+                );
+                ensure!(
+                    !trace.contains("s3cr3t-value"),
+                    "job {i}: secret leaked into the trace"
+                );
             }
             Kind::AfterScript => {
                 ensure!(view.status == JobStatus::Success, "{view:?}");
-                ensure!(trace.contains(&format!("main-{i}")) && trace.contains(&format!("after-{i}")));
+                ensure!(
+                    trace.contains(&format!("main-{i}")) && trace.contains(&format!("after-{i}"))
+                );
             }
             Kind::SlowAccept => {
                 ensure!(view.status == JobStatus::Success, "{view:?}");
-                ensure!(view.final_put_attempts >= 2, "the 202 was not honoured: {view:?}");
+                ensure!(
+                    view.final_put_attempts >= 2,
+                    "the 202 was not honoured: {view:?}"
+                );
                 ensure!(trace.contains(&format!("accepted-late-{i}")));
             }
         }
@@ -214,10 +276,19 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
 
     for (i, id) in &consumers {
         let (view, trace) = sys.finish(*id).await?;
-        ensure!(view.status == JobStatus::Success, "consumer {i}: {view:?}\n{trace}");
+        ensure!(
+            view.status == JobStatus::Success,
+            "consumer {i}: {view:?}\n{trace}"
+        );
         check_trace_integrity(&view)?;
-        ensure!(trace.contains(&format!("payload-{i}")), "consumer {i} did not get its artifacts:\n{trace}");
-        ensure!(trace.contains(&format!("{}", 20_000 + i)), "consumer {i}: numbers.txt incomplete:\n{trace}");
+        ensure!(
+            trace.contains(&format!("payload-{i}")),
+            "consumer {i} did not get its artifacts:\n{trace}"
+        );
+        ensure!(
+            trace.contains(&format!("{}", 20_000 + i)),
+            "consumer {i}: numbers.txt incomplete:\n{trace}"
+        );
     }
     let total = producers.len() + others.len() + consumers.len();
     assert_eq!(total, 50);
@@ -225,27 +296,46 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_graceful() -> Result<()> {
+async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_graceful() -> Result<()>
+{
     let sys = system(2, &["--trace-update-interval", "1"]).await?;
-    let mut spec = sys.spec(&["for n in $(seq 1 240); do echo \"tick $n\"; sleep 0.25; done", "echo never"]);
+    let mut spec = sys.spec(&[
+        "for n in $(seq 1 240); do echo \"tick $n\"; sleep 0.25; done",
+        "echo never",
+    ]);
     spec.after_script = vec!["echo after-script-ran".into()];
     let graceful = sys.enqueue(&spec).await?;
     let forced = sys.enqueue(&spec).await?;
-    sys.gitlab.control.wait_running(graceful, JOB_TIMEOUT).await?;
+    sys.gitlab
+        .control
+        .wait_running(graceful, JOB_TIMEOUT)
+        .await?;
     sys.gitlab.control.wait_running(forced, JOB_TIMEOUT).await?;
 
     // The autoscaler advertises the sidecars' `cancel_gracefully`, so GitLab cancels gracefully.
-    assert_eq!(sys.gitlab.control.cancel(graceful).await?, JobStatus::Canceling);
-    assert_eq!(sys.gitlab.control.force_cancel(forced).await?, JobStatus::Canceled);
+    assert_eq!(
+        sys.gitlab.control.cancel(graceful).await?,
+        JobStatus::Canceling
+    );
+    assert_eq!(
+        sys.gitlab.control.force_cancel(forced).await?,
+        JobStatus::Canceled
+    );
 
     let (view, trace) = sys.finish(graceful).await?;
     assert_eq!(view.status, JobStatus::Canceled);
-    assert!(trace.contains("after-script-ran"), "graceful cancel must run after_script:\n{trace}");
+    assert!(
+        trace.contains("after-script-ran"),
+        "graceful cancel must run after_script:\n{trace}"
+    );
     assert!(!trace.contains("never"));
 
     let (view, trace) = sys.finish(forced).await?;
     assert_eq!(view.status, JobStatus::Canceled);
-    assert!(!trace.contains("after-script-ran"), "a forced cancel aborts without after_script:\n{trace}");
+    assert!(
+        !trace.contains("after-script-ran"),
+        "a forced cancel aborts without after_script:\n{trace}"
+    );
     Ok(())
 }
 
@@ -254,17 +344,25 @@ async fn gitlab_answering_502_for_20_seconds_loses_no_job_and_no_trace_byte() ->
     let sys = system(4, &["--trace-update-interval", "1"]).await?;
     let mut ids = Vec::new();
     for i in 0..8 {
-        let spec = sys.spec(&[&format!("for n in $(seq 1 40); do echo \"job-{i} tick $n\"; sleep 0.25; done")]);
+        let spec = sys.spec(&[&format!(
+            "for n in $(seq 1 40); do echo \"job-{i} tick $n\"; sleep 0.25; done"
+        )]);
         ids.push((i, sys.enqueue(&spec).await?));
     }
     // In the middle of the run: the first wave is running, the second is still queued.
-    sys.gitlab.control.wait_running(ids[0].1, JOB_TIMEOUT).await?;
+    sys.gitlab
+        .control
+        .wait_running(ids[0].1, JOB_TIMEOUT)
+        .await?;
     sys.gitlab
         .control
         .add_fault(
-            &FaultRule::new(FaultAction::Status { status: 502, retry_after: None })
-                .path_prefix("/api/v4/")
-                .duration(Duration::from_secs(20)),
+            &FaultRule::new(FaultAction::Status {
+                status: 502,
+                retry_after: None,
+            })
+            .path_prefix("/api/v4/")
+            .duration(Duration::from_secs(20)),
         )
         .await?;
     for (i, id) in ids {
@@ -272,28 +370,52 @@ async fn gitlab_answering_502_for_20_seconds_loses_no_job_and_no_trace_byte() ->
         assert_eq!(view.status, JobStatus::Success, "job {i}: {view:?}");
         check_trace_integrity(&view)?;
         let expected: String = (1..=40).map(|n| format!("job-{i} tick {n}\n")).collect();
-        assert!(trace.contains(&expected), "job {i}: trace incomplete:\n{trace}");
+        assert!(
+            trace.contains(&expected),
+            "job {i}: trace incomplete:\n{trace}"
+        );
     }
     let stats = sys.gitlab.control.stats().await?;
-    assert!(stats.count("PATCH /api/v4/jobs/:id/trace", "502") + stats.count("PUT /api/v4/jobs/:id", "502") > 0, "the outage never hit a running job");
+    assert!(
+        stats.count("PATCH /api/v4/jobs/:id/trace", "502")
+            + stats.count("PUT /api/v4/jobs/:id", "502")
+            > 0,
+        "the outage never hit a running job"
+    );
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gitlab_runner_crate_completes_jobs_through_the_autoscaler() -> Result<()> {
     let sys = system(0, &[]).await?;
-    let token = register_sidecar(&sys.autoscaler.url, &sys.pool.registration_token, "crate-runner").await?;
+    let token = register_sidecar(
+        &sys.autoscaler.url,
+        &sys.pool.registration_token,
+        "crate-runner",
+    )
+    .await?;
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_crate-runner"));
     command.args([&sys.autoscaler.url, &token, "2"]);
     let _runner = e2e::process::Proc::spawn("crate-runner", command)?;
     let mut ids = Vec::new();
     for i in 0..3 {
-        ids.push((i, sys.enqueue(&sys.spec(&[&format!("echo hello from crate job {i}"), "uname -s"])).await?));
+        ids.push((
+            i,
+            sys.enqueue(&sys.spec(&[&format!("echo hello from crate job {i}"), "uname -s"]))
+                .await?,
+        ));
     }
     for (i, id) in ids {
         let (view, trace) = sys.finish(id).await?;
-        assert_eq!(view.status, JobStatus::Success, "job {i}: {view:?}\n{trace}");
-        assert!(trace.contains(&format!("hello from crate job {i}")), "{trace}");
+        assert_eq!(
+            view.status,
+            JobStatus::Success,
+            "job {i}: {view:?}\n{trace}"
+        );
+        assert!(
+            trace.contains(&format!("hello from crate job {i}")),
+            "{trace}"
+        );
     }
     Ok(())
 }

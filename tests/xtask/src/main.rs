@@ -16,7 +16,9 @@ fn main() -> ExitCode {
         "test" => test(&rest),
         "demo" => demo(&rest),
         _ => {
-            eprintln!("usage: cargo xtask <test|demo> [args]\n  test  run formatting, lints and every test\n  demo  run the demo");
+            eprintln!(
+                "usage: cargo xtask <test|demo> [args]\n  test  run formatting, lints and every test\n  demo  run the demo"
+            );
             return ExitCode::from(2);
         }
     };
@@ -61,7 +63,17 @@ fn has_cargo_subcommand(name: &str) -> bool {
 
 fn test(extra: &[String]) -> Result<()> {
     run("cargo", &["fmt", "--all", "--", "--check"])?;
-    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run(
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     // The end-to-end tests start the workspace's binaries as processes.
     run("cargo", &["build", "--workspace", "--bins"])?;
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();

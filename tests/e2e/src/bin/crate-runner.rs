@@ -43,14 +43,21 @@ impl JobHandler for Shell {
 #[tokio::main]
 async fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().context("usage: crate-runner URL TOKEN [MAX_CONCURRENT_JOBS]")?;
+    let url = args
+        .next()
+        .context("usage: crate-runner URL TOKEN [MAX_CONCURRENT_JOBS]")?;
     let token = args.next().context("missing TOKEN")?;
     let max: usize = args.next().map(|n| n.parse()).transpose()?.unwrap_or(1);
     let (layer, jobs) = GitlabLayer::new();
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        ))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "warn".into()),
+                ),
+        )
         .with(layer)
         .init();
     let builds = tempfile::tempdir()?;

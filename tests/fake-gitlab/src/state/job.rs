@@ -325,7 +325,9 @@ impl Job {
     /// "force cancel"), makes it `canceled` at once.
     pub fn cancel(&mut self, force: bool) -> JobStatus {
         self.status = match self.status {
-            JobStatus::Running if !force && self.has_feature("cancel_gracefully") => JobStatus::Canceling,
+            JobStatus::Running if !force && self.has_feature("cancel_gracefully") => {
+                JobStatus::Canceling
+            }
             JobStatus::Pending
             | JobStatus::WaitingForAck
             | JobStatus::Running

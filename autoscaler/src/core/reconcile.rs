@@ -1,0 +1,227 @@
+//! One reconcile pass, decided: what the provisioner's `list` says against what we know.
+//!
+//! The provider's list is the truth about what exists. A machine we know that it no longer lists
+//! is gone; a machine it lists with our labels that we do not know is an orphan; a machine whose
+//! create we lost track of is found again by its idempotency key. Nothing here calls anything:
+//! the pass returns actions, the caller executes them.
+
+use super::Millis;
+use super::machine::{MachineEvent, MachineState};
+
+/// What we know of one machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    /// Our id, also the machine's idempotency key at the provider.
+    pub id: String,
+    pub state: MachineState,
+    pub provider_id: Option<String>,
+    pub created_at: Millis,
+    /// When it entered its current state.
+    pub since: Millis,
+    /// For `destroying` and `failed`: when the next destroy attempt is due.
+    pub next_attempt: Millis,
+}
+
+/// The provider's view of one machine carrying our owner labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub provider_id: String,
+    pub state: ProviderState,
+    /// The `autoscaler-key` label.
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderState {
+    Creating,
+    Running,
+    Stopping,
+    Gone,
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrphanPolicy {
+    /// Take it over: it becomes one of the pool's machines (booting, then injected).
+    Adopt,
+    /// Destroy it.
+    Destroy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Longest a machine may take from the create request to `running` at the provider.
+    pub boot_timeout: Millis,
+    /// Longest from `running` at the provider to its sidecar's first poll.
+    pub ready_timeout: Millis,
+    /// How long a new machine may be missing from `list` (cloud lists are eventually
+    /// consistent) before its absence means it is gone.
+    pub list_grace: Millis,
+    pub orphans: OrphanPolicy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A machine whose create answer we never recorded exists: record its provider id.
+    Bind {
+        machine: String,
+        provider_id: String,
+    },
+    /// Apply an event to a known machine.
+    Event {
+        machine: String,
+        event: MachineEvent,
+        reason: String,
+    },
+    /// Call destroy (again) for a machine that is being destroyed.
+    Destroy {
+        machine: String,
+    },
+    Adopt {
+        provider_id: String,
+        key: Option<String>,
+    },
+    DestroyOrphan {
+        provider_id: String,
+    },
+}
+
+pub fn plan(known: &[Known], listed: &[Listed], now: Millis, policy: &Policy) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let mut bound = Vec::new();
+
+    for l in listed {
+        if known
+            .iter()
+            .any(|k| k.provider_id.as_deref() == Some(l.provider_id.as_str()))
+        {
+            continue;
+        }
+        let by_key = l.key.as_deref().and_then(|key| {
+            known
+                .iter()
+                .find(|k| k.id == key && k.provider_id.is_none() && !k.state.is_gone())
+        });
+        match by_key {
+            Some(k) => {
+                bound.push(k.id.clone());
+                actions.push(Action::Bind {
+                    machine: k.id.clone(),
+                    provider_id: l.provider_id.clone(),
+                });
+            }
+            None if l.state == ProviderState::Gone => {}
+            None => actions.push(match policy.orphans {
+                OrphanPolicy::Adopt
+                    if matches!(l.state, ProviderState::Creating | ProviderState::Running) =>
+                {
+                    Action::Adopt {
+                        provider_id: l.provider_id.clone(),
+                        key: l.key.clone(),
+                    }
+                }
+                _ => Action::DestroyOrphan {
+                    provider_id: l.provider_id.clone(),
+                },
+            }),
+        }
+    }
+
+    for k in known.iter().filter(|k| !k.state.is_gone()) {
+        if let Some(action) = decide(k, listed, &bound, now, policy) {
+            actions.push(action);
+        }
+    }
+    actions
+}
+
+/// At most one action per known machine: the provider's word first, then our own timeouts.
+fn decide(
+    k: &Known,
+    listed: &[Listed],
+    bound: &[String],
+    now: Millis,
+    policy: &Policy,
+) -> Option<Action> {
+    let age = now.saturating_sub(k.created_at);
+    let in_state = now.saturating_sub(k.since);
+    let event = |event, reason: String| {
+        Some(Action::Event {
+            machine: k.id.clone(),
+            event,
+            reason,
+        })
+    };
+    let Some(provider_id) = k.provider_id.as_deref() else {
+        if bound.contains(&k.id) || age < policy.boot_timeout {
+            return None;
+        }
+        return event(
+            MachineEvent::ProviderGone,
+            format!(
+                "its create produced no machine within {} s",
+                policy.boot_timeout / 1000
+            ),
+        );
+    };
+    match listed.iter().find(|l| l.provider_id == provider_id) {
+        None if age >= policy.list_grace => {
+            return event(
+                MachineEvent::ProviderGone,
+                "the provider no longer lists it".into(),
+            );
+        }
+        None => {}
+        Some(l) => match l.state {
+            ProviderState::Gone => {
+                return event(
+                    MachineEvent::ProviderGone,
+                    "the provider reports it gone".into(),
+                );
+            }
+            ProviderState::Failed
+                if !matches!(k.state, MachineState::Failed | MachineState::Destroying) =>
+            {
+                return event(MachineEvent::Fail, "the provider reports it failed".into());
+            }
+            ProviderState::Running
+                if matches!(k.state, MachineState::Requested | MachineState::Creating) =>
+            {
+                return event(
+                    MachineEvent::ProviderRunning,
+                    "the provider reports it running".into(),
+                );
+            }
+            _ => {}
+        },
+    }
+    match k.state {
+        MachineState::Requested | MachineState::Creating if in_state >= policy.boot_timeout => {
+            event(
+                MachineEvent::Destroy,
+                format!("stuck in {} for {} s", k.state, in_state / 1000),
+            )
+        }
+        MachineState::Booting | MachineState::Injecting if in_state >= policy.ready_timeout => {
+            event(
+                MachineEvent::Fail,
+                format!(
+                    "not ready {} s after it started ({})",
+                    in_state / 1000,
+                    k.state
+                ),
+            )
+        }
+        MachineState::Destroying | MachineState::Failed if now >= k.next_attempt => {
+            Some(Action::Destroy {
+                machine: k.id.clone(),
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+use super::*;
+
+const POLICY: Policy = Policy {
+    boot_timeout: 600_000,
+    ready_timeout: 300_000,
+    list_grace: 60_000,
+    orphans: OrphanPolicy::Destroy,
+};
+
+fn known(
+    id: &str,
+    state: MachineState,
+    provider_id: Option<&str>,
+    created_at: Millis,
+    since: Millis,
+) -> Known {
+    Known {
+        id: id.into(),
+        state,
+        provider_id: provider_id.map(str::to_string),
+        created_at,
+        since,
+        next_attempt: 0,
+    }
+}
+
+fn listed(provider_id: &str, state: ProviderState, key: Option<&str>) -> Listed {
+    Listed {
+        provider_id: provider_id.into(),
+        state,
+        key: key.map(str::to_string),
+    }
+}
+
+fn event(machine: &str, e: MachineEvent) -> impl Fn(&Action) -> bool + '_ {
+    move |a| matches!(a, Action::Event { machine: m, event, .. } if m == machine && *event == e)
+}
+
+#[test]
+fn machines_in_order_need_nothing() {
+    let k = [known("m1", MachineState::Ready, Some("p1"), 0, 0)];
+    let l = [listed("p1", ProviderState::Running, Some("m1"))];
+    assert!(plan(&k, &l, 1_000_000, &POLICY).is_empty());
+}
+
+#[test]
+fn a_machine_the_provider_lost_is_gone_after_the_grace() {
+    let k = [known("m1", MachineState::Busy, Some("p1"), 0, 0)];
+    assert!(
+        plan(&k, &[], 30_000, &POLICY).is_empty(),
+        "within the list grace"
+    );
+    let actions = plan(&k, &[], 60_000, &POLICY);
+    assert!(
+        actions.iter().any(event("m1", MachineEvent::ProviderGone)),
+        "{actions:?}"
+    );
+    let gone = [listed("p1", ProviderState::Gone, None)];
+    assert!(
+        plan(&k, &gone, 1, &POLICY)
+            .iter()
+            .any(event("m1", MachineEvent::ProviderGone))
+    );
+}
+
+#[test]
+fn a_lost_create_is_found_again_by_its_key() {
+    let k = [known("m1", MachineState::Requested, None, 0, 0)];
+    let l = [listed("p9", ProviderState::Creating, Some("m1"))];
+    assert_eq!(
+        plan(&k, &l, 700_000, &POLICY),
+        vec![Action::Bind {
+            machine: "m1".into(),
+            provider_id: "p9".into()
+        }]
+    );
+}
+
+#[test]
+fn a_create_that_never_produced_anything_is_given_up() {
+    let k = [known("m1", MachineState::Requested, None, 0, 0)];
+    assert!(plan(&k, &[], 599_999, &POLICY).is_empty());
+    assert!(
+        plan(&k, &[], 600_000, &POLICY)
+            .iter()
+            .any(event("m1", MachineEvent::ProviderGone))
+    );
+}
+
+#[test]
+fn orphans_are_destroyed_or_adopted_by_policy() {
+    let l = [
+        listed("p1", ProviderState::Running, Some("old-key")),
+        listed("p2", ProviderState::Stopping, None),
+        listed("p3", ProviderState::Gone, None),
+    ];
+    let destroy = plan(&[], &l, 0, &POLICY);
+    assert_eq!(
+        destroy,
+        vec![
+            Action::DestroyOrphan {
+                provider_id: "p1".into()
+            },
+            Action::DestroyOrphan {
+                provider_id: "p2".into()
+            },
+        ]
+    );
+    let adopt = Policy {
+        orphans: OrphanPolicy::Adopt,
+        ..POLICY
+    };
+    assert_eq!(
+        plan(&[], &l, 0, &adopt),
+        vec![
+            Action::Adopt {
+                provider_id: "p1".into(),
+                key: Some("old-key".into())
+            },
+            Action::DestroyOrphan {
+                provider_id: "p2".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn stuck_creation_is_destroyed_and_slow_readiness_fails() {
+    let k = [
+        known("m1", MachineState::Creating, Some("p1"), 0, 0),
+        known("m2", MachineState::Injecting, Some("p2"), 0, 100_000),
+    ];
+    let l = [
+        listed("p1", ProviderState::Creating, Some("m1")),
+        listed("p2", ProviderState::Running, Some("m2")),
+    ];
+    assert!(plan(&k, &l, 399_999, &POLICY).is_empty());
+    let actions = plan(&k, &l, 600_000, &POLICY);
+    assert!(
+        actions.iter().any(event("m1", MachineEvent::Destroy)),
+        "{actions:?}"
+    );
+    assert!(
+        actions.iter().any(event("m2", MachineEvent::Fail)),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn provider_state_changes_become_events() {
+    let k = [
+        known("m1", MachineState::Creating, Some("p1"), 0, 0),
+        known("m2", MachineState::Ready, Some("p2"), 0, 0),
+    ];
+    let l = [
+        listed("p1", ProviderState::Running, Some("m1")),
+        listed("p2", ProviderState::Failed, Some("m2")),
+    ];
+    let actions = plan(&k, &l, 10, &POLICY);
+    assert!(
+        actions
+            .iter()
+            .any(event("m1", MachineEvent::ProviderRunning))
+    );
+    assert!(actions.iter().any(event("m2", MachineEvent::Fail)));
+}
+
+#[test]
+fn destroys_are_retried_when_due_and_not_before() {
+    let mut k = known("m1", MachineState::Destroying, Some("p1"), 0, 0);
+    k.next_attempt = 5_000;
+    let l = [listed("p1", ProviderState::Stopping, Some("m1"))];
+    assert!(plan(std::slice::from_ref(&k), &l, 4_999, &POLICY).is_empty());
+    assert_eq!(
+        plan(std::slice::from_ref(&k), &l, 5_000, &POLICY),
+        vec![Action::Destroy {
+            machine: "m1".into()
+        }]
+    );
+    // Once the provider says gone, there is nothing left to destroy.
+    let gone = [listed("p1", ProviderState::Gone, None)];
+    assert_eq!(plan(&[k], &gone, 5_000, &POLICY).len(), 1);
+}

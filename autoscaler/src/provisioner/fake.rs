@@ -1,0 +1,209 @@
+//! An in-memory provisioner for tests of the machine lifecycle: machines are map entries, and
+//! the test can make calls fail, hang or lose machines.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+use futures::future::BoxFuture;
+
+use super::{
+    Capabilities, CreateRequest, Created, Destroyed, Info, Labels, ListedMachine, Provisioner,
+    ProvisionerError, Result, Status,
+};
+use crate::core::reconcile::ProviderState;
+
+#[derive(Debug, Clone)]
+pub struct FakeMachine {
+    pub key: String,
+    pub labels: Labels,
+    pub state: ProviderState,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    machines: BTreeMap<String, FakeMachine>,
+    next: u64,
+    create_failures: VecDeque<ProvisionerError>,
+    destroy_failures: VecDeque<ProvisionerError>,
+    list_failures: VecDeque<ProvisionerError>,
+    /// New machines start `running` (else `creating` until `set_state`).
+    start_running: bool,
+    creates: u64,
+    destroys: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct FakeProvisioner {
+    state: Mutex<State>,
+}
+
+impl FakeProvisioner {
+    pub fn new(start_running: bool) -> Self {
+        let p = Self::default();
+        p.lock().start_running = start_running;
+        p
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    pub fn fail_creates(&self, errors: impl IntoIterator<Item = ProvisionerError>) {
+        self.lock().create_failures.extend(errors);
+    }
+
+    pub fn fail_destroys(&self, errors: impl IntoIterator<Item = ProvisionerError>) {
+        self.lock().destroy_failures.extend(errors);
+    }
+
+    pub fn fail_lists(&self, errors: impl IntoIterator<Item = ProvisionerError>) {
+        self.lock().list_failures.extend(errors);
+    }
+
+    pub fn set_state(&self, id: &str, state: ProviderState) {
+        if let Some(m) = self.lock().machines.get_mut(id) {
+            m.state = state;
+        }
+    }
+
+    /// Makes a machine vanish, as a spot reclaim or an operator would.
+    pub fn lose(&self, id: &str) {
+        self.lock().machines.remove(id);
+    }
+
+    /// Adds a machine nobody asked this autoscaler for (an orphan if it carries our labels).
+    pub fn insert(&self, id: &str, labels: Labels, state: ProviderState) {
+        self.lock().machines.insert(
+            id.to_string(),
+            FakeMachine {
+                key: labels.get("autoscaler-key").cloned().unwrap_or_default(),
+                labels,
+                state,
+            },
+        );
+    }
+
+    pub fn machines(&self) -> BTreeMap<String, FakeMachine> {
+        self.lock().machines.clone()
+    }
+
+    /// (create calls, destroy calls) made so far.
+    pub fn calls(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.creates, s.destroys)
+    }
+}
+
+impl Provisioner for FakeProvisioner {
+    fn info(&self) -> BoxFuture<'_, Result<Info>> {
+        Box::pin(async {
+            Ok(Info {
+                protocol: 1,
+                name: "fake".into(),
+                version: "1".into(),
+                capabilities: Capabilities {
+                    batch_create: true,
+                    max_batch: Some(5),
+                    host_key: false,
+                },
+            })
+        })
+    }
+
+    fn create(&self, request: CreateRequest) -> BoxFuture<'_, Result<Vec<Created>>> {
+        Box::pin(async move {
+            let mut s = self.lock();
+            s.creates += 1;
+            if let Some(e) = s.create_failures.pop_front() {
+                return Err(e);
+            }
+            let state = if s.start_running {
+                ProviderState::Running
+            } else {
+                ProviderState::Creating
+            };
+            let mut created = Vec::new();
+            for item in request.machines {
+                let existing = s
+                    .machines
+                    .iter()
+                    .find(|(_, m)| m.key == item.key)
+                    .map(|(id, m)| (id.clone(), m.state));
+                let (id, state) = match existing {
+                    Some(found) => found,
+                    None => {
+                        s.next += 1;
+                        let id = format!("fake-{}", s.next);
+                        s.machines.insert(
+                            id.clone(),
+                            FakeMachine {
+                                key: item.key.clone(),
+                                labels: item.labels,
+                                state,
+                            },
+                        );
+                        (id, state)
+                    }
+                };
+                created.push(Created {
+                    key: item.key,
+                    id,
+                    state,
+                });
+            }
+            Ok(created)
+        })
+    }
+
+    fn list(&self, labels: Labels) -> BoxFuture<'_, Result<Vec<ListedMachine>>> {
+        Box::pin(async move {
+            let mut s = self.lock();
+            if let Some(e) = s.list_failures.pop_front() {
+                return Err(e);
+            }
+            Ok(s.machines
+                .iter()
+                .filter(|(_, m)| labels.iter().all(|(k, v)| m.labels.get(k) == Some(v)))
+                .map(|(id, m)| ListedMachine {
+                    id: id.clone(),
+                    state: m.state,
+                    labels: m.labels.clone(),
+                })
+                .collect())
+        })
+    }
+
+    fn status<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Status>> {
+        Box::pin(async move {
+            let s = self.lock();
+            let (state, labels) = s
+                .machines
+                .get(id)
+                .map_or((ProviderState::Gone, Labels::new()), |m| {
+                    (m.state, m.labels.clone())
+                });
+            Ok(Status {
+                id: id.to_string(),
+                state,
+                address: (state == ProviderState::Running).then(|| "127.0.0.1".to_string()),
+                port: 22,
+                user: "root".into(),
+                host_key: None,
+                labels,
+                message: None,
+            })
+        })
+    }
+
+    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Destroyed>> {
+        Box::pin(async move {
+            let mut s = self.lock();
+            s.destroys += 1;
+            if let Some(e) = s.destroy_failures.pop_front() {
+                return Err(e);
+            }
+            s.machines.remove(id);
+            Ok(Destroyed::Gone)
+        })
+    }
+}

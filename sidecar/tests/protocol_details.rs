@@ -1,0 +1,551 @@
+//! Wire-level details checked against a tiny local axum mock that records every request:
+//! headers, request ids across retries, body shapes, trace resync and final update,
+//! streamed artifact uploads, redirected downloads, unregister paths, and the binary's
+//! CLI/signal behaviour against the fake GitLab.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use sidecar::client::{Client, JobRequestOutcome};
+use sidecar::executor::Interrupts;
+use sidecar::protocol::{JobState, RunnerInfo};
+use sidecar::secret::Secret;
+use sidecar::trace::Trace;
+use sidecar::trace::buffer::TraceBuffer;
+use sidecar::trace::masker::Masker;
+use sidecar::trace::updater::{FinalResult, FinalState, Updater, UpdaterTiming};
+
+#[derive(Debug, Clone)]
+struct Recorded {
+    method: Method,
+    path: String,
+    query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Recorded {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("JSON body")
+    }
+}
+
+type Responder = Arc<dyn Fn(&Recorded, usize) -> Response + Send + Sync>;
+
+struct Mock {
+    url: String,
+    log: Arc<Mutex<Vec<Recorded>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Mock {
+    /// `respond` gets the request and how many requests came before it.
+    async fn start(respond: impl Fn(&Recorded, usize) -> Response + Send + Sync + 'static) -> Mock {
+        let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let respond: Responder = Arc::new(respond);
+        let app = {
+            let log = log.clone();
+            axum::Router::new().fallback(
+                move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                    let log = log.clone();
+                    let respond = respond.clone();
+                    async move {
+                        let rec = Recorded {
+                            method,
+                            path: uri.path().to_owned(),
+                            query: uri.query().unwrap_or("").to_owned(),
+                            headers,
+                            body,
+                        };
+                        let n = {
+                            let mut log = log.lock().unwrap();
+                            log.push(rec.clone());
+                            log.len() - 1
+                        };
+                        respond(&rec, n)
+                    }
+                },
+            )
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Mock {
+            url,
+            log,
+            _task: task,
+        }
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+fn with_headers(
+    status: StatusCode,
+    headers: &[(&'static str, &str)],
+    body: impl Into<axum::body::Body>,
+) -> Response {
+    let mut r = (status, body.into()).into_response();
+    for (k, v) in headers {
+        r.headers_mut().insert(*k, v.parse().unwrap());
+    }
+    r
+}
+
+#[tokio::test]
+async fn job_request_headers_retries_and_last_update() {
+    let mock = Mock::start(|_req, n| match n {
+        0 | 1 => with_headers(StatusCode::SERVICE_UNAVAILABLE, &[("Retry-After", "0")], ""),
+        2 => with_headers(
+            StatusCode::NO_CONTENT,
+            &[("X-GitLab-Last-Update", "queue-v1")],
+            "",
+        ),
+        _ => with_headers(StatusCode::NO_CONTENT, &[], ""),
+    })
+    .await;
+    let client = Client::new(&mock.url).unwrap();
+    let token = Secret::new("glrt-abc");
+    let info = RunnerInfo::sidecar();
+    assert!(matches!(
+        client.request_job(&token, "s_0123456789ab", &info).await,
+        JobRequestOutcome::NoJob
+    ));
+    assert!(matches!(
+        client.request_job(&token, "s_0123456789ab", &info).await,
+        JobRequestOutcome::NoJob
+    ));
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 4);
+    let id = reqs[0].header("X-Request-Id").unwrap().to_owned();
+    assert_eq!(id.len(), 32);
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+    // HTTP-level retries of one logical call reuse its request id (§1, §1.1).
+    assert_eq!(reqs[1].header("X-Request-Id"), Some(id.as_str()));
+    assert_eq!(reqs[2].header("X-Request-Id"), Some(id.as_str()));
+    assert_ne!(reqs[3].header("X-Request-Id"), Some(id.as_str()));
+    for r in &reqs {
+        assert_eq!(r.method, Method::POST);
+        assert_eq!(r.path, "/api/v4/jobs/request");
+        assert_eq!(r.header("RUNNER-TOKEN"), Some("glrt-abc"));
+        assert_eq!(r.header("Content-Type"), Some("application/json"));
+        assert_eq!(r.header("Accept"), Some("application/json"));
+        assert!(
+            r.header("User-Agent").unwrap().starts_with("sidecar "),
+            "{:?}",
+            r.headers
+        );
+        let body = r.json();
+        assert_eq!(body["token"], "glrt-abc");
+        assert_eq!(body["system_id"], "s_0123456789ab");
+        assert_eq!(body["info"]["features"].as_object().unwrap().len(), 31);
+        assert!(body.get("session").is_none());
+    }
+    // last_update is omitted until received, then sent back (§3.3).
+    assert!(reqs[2].json().get("last_update").is_none());
+    assert_eq!(reqs[3].json()["last_update"], "queue-v1");
+}
+
+#[tokio::test]
+async fn non_json_201_drops_the_job_and_403_is_unhealthy() {
+    let mock = Mock::start(|_req, n| match n {
+        0 => with_headers(StatusCode::CREATED, &[("Content-Type", "text/plain")], "{}"),
+        1 => with_headers(StatusCode::FORBIDDEN, &[], ""),
+        _ => with_headers(StatusCode::NOT_IMPLEMENTED, &[], ""),
+    })
+    .await;
+    let client = Client::new(&mock.url).unwrap();
+    let token = Secret::new("glrt-abc");
+    let info = RunnerInfo::sidecar();
+    assert!(matches!(
+        client.request_job(&token, "r_x", &info).await,
+        JobRequestOutcome::NoJob
+    ));
+    assert!(matches!(
+        client.request_job(&token, "r_x", &info).await,
+        JobRequestOutcome::Unhealthy
+    ));
+    // 501 is not retried (§1.1).
+    assert!(matches!(
+        client.request_job(&token, "r_x", &info).await,
+        JobRequestOutcome::Failed(_)
+    ));
+    assert_eq!(mock.requests().len(), 3);
+}
+
+/// Mock trace endpoint with GitLab's append semantics, pre-seeded with `seed` bytes (as if
+/// an earlier patch was stored but its answer lost).
+fn trace_server(seed: &'static [u8]) -> impl Fn(&Recorded, usize) -> Response + Send + Sync {
+    let stored = Arc::new(Mutex::new(seed.to_vec()));
+    move |req, _| {
+        if req.method == Method::PATCH {
+            let range = req.header("Content-Range").unwrap();
+            let (start, end) = range.split_once('-').unwrap();
+            let (start, end): (usize, usize) = (start.parse().unwrap(), end.parse().unwrap());
+            assert_eq!(end + 1 - start, req.body.len(), "inclusive Content-Range");
+            let mut stored = stored.lock().unwrap();
+            if start != stored.len() {
+                let range = format!("0-{}", stored.len());
+                return with_headers(StatusCode::RANGE_NOT_SATISFIABLE, &[("Range", &range)], "");
+            }
+            stored.extend_from_slice(&req.body);
+            let range = format!("0-{}", stored.len());
+            with_headers(
+                StatusCode::ACCEPTED,
+                &[
+                    ("Range", &range),
+                    ("Job-Status", "running"),
+                    ("X-GitLab-Trace-Update-Interval", "1"),
+                ],
+                "",
+            )
+        } else {
+            with_headers(StatusCode::OK, &[("Job-Status", "success")], "")
+        }
+    }
+}
+
+#[tokio::test]
+async fn final_update_resyncs_on_416_and_reports_checksum() {
+    let content = b"hello world, this is the whole log\n";
+    let mock = Mock::start(trace_server(b"hello")).await;
+    let client = Arc::new(Client::new(&mock.url).unwrap());
+    let trace = Trace::new(
+        TraceBuffer::new(
+            Masker::new(Vec::<String>::new(), Vec::<String>::new()),
+            1 << 20,
+        ),
+        false,
+    );
+    trace.write(content);
+    trace.finish();
+    let mut updater = Updater::new(
+        client,
+        Arc::new(RunnerInfo::sidecar()),
+        42,
+        Secret::new("glcbt-job"),
+        trace,
+        false,
+        Interrupts::new(),
+        UpdaterTiming::default(),
+    );
+    let fin = FinalState {
+        state: JobState::Success,
+        failure_reason: None,
+        exit_code: Some(0),
+    };
+    assert_eq!(updater.finish(&fin).await, FinalResult::Accepted);
+    assert_eq!(updater.acknowledged(), content.len() as u64);
+
+    let reqs = mock.requests();
+    let patches: Vec<&Recorded> = reqs.iter().filter(|r| r.method == Method::PATCH).collect();
+    assert_eq!(patches.len(), 2);
+    assert_eq!(patches[0].header("Content-Range"), Some("0-34"));
+    assert_eq!(patches[1].header("Content-Range"), Some("5-34"));
+    assert_eq!(&patches[1].body[..], &content[5..]);
+    for p in &patches {
+        assert_eq!(p.path, "/api/v4/jobs/42/trace");
+        assert_eq!(p.query, "debug_trace=false");
+        assert_eq!(p.header("JOB-TOKEN"), Some("glcbt-job"));
+        assert_eq!(p.header("Content-Type"), Some("text/plain"));
+        assert!(p.header("RUNNER-TOKEN").is_none());
+    }
+    let put = reqs
+        .iter()
+        .find(|r| r.method == Method::PUT)
+        .expect("final PUT");
+    assert_eq!(put.path, "/api/v4/jobs/42");
+    assert_eq!(put.header("JOB-TOKEN"), Some("glcbt-job"));
+    let body = put.json();
+    assert_eq!(body["state"], "success");
+    assert_eq!(body["token"], "glcbt-job");
+    let crc = format!("crc32:{:08x}", crc32fast::hash(content));
+    assert_eq!(body["output"]["checksum"], crc.as_str());
+    assert_eq!(body["output"]["bytesize"], content.len());
+    assert!(
+        body.get("exit_code").is_none(),
+        "exit code 0 is omitted: {body}"
+    );
+    assert!(body.get("failure_reason").is_none());
+}
+
+#[tokio::test]
+async fn artifact_upload_is_streamed_multipart() {
+    let mock = Mock::start(|_req, _| with_headers(StatusCode::CREATED, &[], "{}")).await;
+    let client = Client::new(&mock.url).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("archive.zip");
+    std::fs::write(&file, b"PK\x05\x06 pretend zip").unwrap();
+    let params = sidecar::artifacts::transfer::UploadParams {
+        artifact_format: "zip".to_owned(),
+        artifact_type: "archive".to_owned(),
+        expire_in: String::new(),
+    };
+    sidecar::artifacts::transfer::upload(
+        &client,
+        7,
+        &Secret::new("glcbt-t"),
+        &file,
+        "out.zip",
+        &params,
+    )
+    .await
+    .unwrap();
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 1);
+    let r = &reqs[0];
+    assert_eq!(r.path, "/api/v4/jobs/7/artifacts");
+    assert_eq!(r.query, "artifact_format=zip&artifact_type=archive");
+    assert_eq!(r.header("JOB-TOKEN"), Some("glcbt-t"));
+    assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
+    assert!(r.header("Content-Length").is_none());
+    assert!(
+        r.header("Content-Type")
+            .unwrap()
+            .starts_with("multipart/form-data; boundary=")
+    );
+    let body = String::from_utf8_lossy(&r.body);
+    assert!(
+        body.contains("name=\"file\"; filename=\"out.zip\""),
+        "{body}"
+    );
+    assert!(body.contains("pretend zip"));
+}
+
+#[tokio::test]
+async fn artifact_upload_retries_and_gives_up_on_403() {
+    // 500 twice (each a full §1.1 retry round), then 201.
+    let mock = Mock::start(|_req, n| {
+        if n < 10 {
+            with_headers(StatusCode::INTERNAL_SERVER_ERROR, &[], "")
+        } else {
+            with_headers(StatusCode::CREATED, &[], "")
+        }
+    })
+    .await;
+    let client = Client::new(&mock.url).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.zip");
+    std::fs::write(&file, b"data").unwrap();
+    let params = sidecar::artifacts::transfer::UploadParams::default();
+    sidecar::artifacts::transfer::upload(&client, 1, &Secret::new("t"), &file, "a.zip", &params)
+        .await
+        .unwrap();
+    assert_eq!(mock.requests().len(), 11);
+    assert!(mock.requests().iter().all(|r| r.query.is_empty()));
+
+    let forbidden = Mock::start(|_req, _| with_headers(StatusCode::FORBIDDEN, &[], "")).await;
+    let client = Client::new(&forbidden.url).unwrap();
+    let err = sidecar::artifacts::transfer::upload(
+        &client,
+        1,
+        &Secret::new("t"),
+        &file,
+        "a.zip",
+        &params,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, sidecar::artifacts::ArtifactError::Status(403)),
+        "{err:?}"
+    );
+    assert_eq!(forbidden.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn artifact_download_follows_location_without_the_job_token() {
+    let mock = Mock::start(|req, _| {
+        if req.path == "/api/v4/jobs/9/artifacts" {
+            with_headers(StatusCode::FOUND, &[("Location", "/storage/abc")], "")
+        } else {
+            with_headers(StatusCode::OK, &[], "zip-bytes")
+        }
+    })
+    .await;
+    let client = Client::new(&mock.url).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("dl");
+    let n = sidecar::artifacts::transfer::download(&client, 9, &Secret::new("glcbt-dep"), &dest)
+        .await
+        .unwrap();
+    assert_eq!(n, 9);
+    assert_eq!(std::fs::read(&dest).unwrap(), b"zip-bytes");
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].query, "direct_download=true");
+    assert_eq!(reqs[0].header("JOB-TOKEN"), Some("glcbt-dep"));
+    assert_eq!(reqs[1].path, "/storage/abc");
+    assert!(reqs[1].header("JOB-TOKEN").is_none());
+
+    // 404 is permanent: one request only.
+    let missing = Mock::start(|_req, _| with_headers(StatusCode::NOT_FOUND, &[], "")).await;
+    let client = Client::new(&missing.url).unwrap();
+    assert!(
+        sidecar::artifacts::transfer::download(&client, 9, &Secret::new("t"), &dest)
+            .await
+            .is_err()
+    );
+    assert_eq!(missing.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn unregister_uses_the_managers_endpoint_for_glrt_tokens() {
+    let mock = Mock::start(|_req, _| with_headers(StatusCode::NO_CONTENT, &[], "")).await;
+    let client = Client::new(&mock.url).unwrap();
+    client
+        .unregister(&Secret::new("glrt-new"), Some("s_0123456789ab"))
+        .await
+        .unwrap();
+    client
+        .unregister(&Secret::new("legacy-token"), None)
+        .await
+        .unwrap();
+    let reqs = mock.requests();
+    assert_eq!(reqs[0].method, Method::DELETE);
+    assert_eq!(reqs[0].path, "/api/v4/runners/managers");
+    assert_eq!(
+        reqs[0].json(),
+        serde_json::json!({"token": "glrt-new", "system_id": "s_0123456789ab"})
+    );
+    assert_eq!(reqs[0].header("RUNNER-TOKEN"), Some("glrt-new"));
+    assert_eq!(reqs[1].path, "/api/v4/runners");
+    assert_eq!(reqs[1].json(), serde_json::json!({"token": "legacy-token"}));
+}
+
+#[tokio::test]
+async fn register_posts_a_legacy_registration() {
+    let mock = Mock::start(|_req, _| {
+        with_headers(
+            StatusCode::CREATED,
+            &[("Content-Type", "application/json")],
+            r#"{"id": 12, "token": "glrtr-new", "token_expires_at": null}"#,
+        )
+    })
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidecar"))
+        .args([
+            "register",
+            "--url",
+            &format!("{}/", mock.url),
+            "--registration-token",
+            "reg-token",
+        ])
+        .args(["--description", "my sidecar"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, serde_json::json!({"id": 12, "token": "glrtr-new"}));
+    let reqs = mock.requests();
+    assert_eq!(reqs[0].path, "/api/v4/runners");
+    let body = reqs[0].json();
+    assert_eq!(body["token"], "reg-token");
+    assert_eq!(body["description"], "my sidecar");
+    assert_eq!(body["info"]["executor"], "");
+    assert_eq!(reqs[0].header("RUNNER-TOKEN"), Some("reg-token"));
+}
+
+#[tokio::test]
+async fn ci_server_url_is_never_used() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidecar"))
+        .args(["verify"])
+        .env_remove("SIDECAR_URL")
+        .env_remove("SIDECAR_TOKEN")
+        .env("CI_SERVER_URL", "http://127.0.0.1:9")
+        .env("CI_SERVER_TOKEN", "glrt-from-ci")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--url"), "{err}");
+}
+
+#[tokio::test]
+async fn binary_finishes_running_job_on_sigterm_and_exits_zero() {
+    use fake_gitlab::control::{JobSpec, JobStatus};
+    let server = fake_gitlab::start(fake_gitlab::Config {
+        trace_update_interval: Duration::from_secs(1),
+        long_poll: Duration::from_secs(1),
+        ..fake_gitlab::Config::default()
+    })
+    .await
+    .unwrap();
+    let ctl = server.client();
+    let token = "glrt-binary-test";
+    ctl.add_runner(token).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("started");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidecar"))
+        .args(["run", "--check-interval", "200ms", "--log-format", "json"])
+        .arg("--builds-dir")
+        .arg(dir.path().join("builds"))
+        .arg("--system-id-file")
+        .arg(dir.path().join("sid"))
+        .env("SIDECAR_URL", server.url())
+        .env("SIDECAR_TOKEN", token)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let script = format!(
+        "echo started > {}; sleep 2; echo finished-after-signal",
+        fifo.display()
+    );
+    let id = ctl
+        .enqueue(&JobSpec::new(token, &[&script]))
+        .await
+        .unwrap()
+        .id;
+    // The job's script announces itself through the FIFO; then ask the sidecar to stop.
+    let fifo_read = fifo.clone();
+    tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo_read).unwrap())
+        .await
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("sidecar exits after its job")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let view = ctl.job(id).await.unwrap();
+    assert_eq!(view.status, JobStatus::Success);
+    let trace = ctl.trace(id).await.unwrap();
+    assert!(String::from_utf8_lossy(&trace).contains("finished-after-signal\n"));
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr)
+        .await
+        .unwrap();
+    assert!(!stderr.contains(token), "runner token in logs");
+    assert!(
+        stderr.lines().all(|l| l.starts_with('{')),
+        "json logs: {stderr}"
+    );
+}
