@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
+use crate::provisioner::Timeouts;
+use crate::provisioner::check::{self, CheckOptions};
 use crate::service::{self, ServiceError, Shutdown};
 use crate::store::StoreError;
 use crate::telemetry;
@@ -47,6 +49,35 @@ enum Command {
         #[arg(long, short, env = "AUTOSCALER_CONFIG")]
         config: PathBuf,
     },
+    /// Provisioner tools.
+    #[command(subcommand)]
+    Provisioner(ProvisionerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProvisionerCommand {
+    /// Run a provisioner through every clause of the protocol (api-spec/provisioner.md) and
+    /// report each clause that fails. Creates and destroys one real machine.
+    Check {
+        /// The provisioner executable.
+        path: PathBuf,
+        /// A variable for the provisioner's environment (as a pool's `env`), repeatable.
+        #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        /// The pool name the provisioner is told.
+        #[arg(long, default_value = "check")]
+        pool: String,
+        /// One timeout for every verb, instead of the protocol's defaults (e.g. `30s`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+    },
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
 }
 
 impl Cli {
@@ -73,8 +104,56 @@ impl Cli {
                 Ok(c) => run(c),
                 Err(code) => code,
             },
+            Command::Provisioner(ProvisionerCommand::Check {
+                path,
+                env,
+                pool,
+                timeout,
+            }) => check_provisioner(path, env, pool, timeout),
         }
     }
+}
+
+fn check_provisioner(
+    path: PathBuf,
+    env: Vec<(String, String)>,
+    pool: String,
+    timeout: Option<std::time::Duration>,
+) -> ExitCode {
+    let mut options = CheckOptions::new(path);
+    options.pool = pool;
+    options.env = env.into_iter().collect();
+    if let Some(t) = timeout {
+        options.timeouts = Timeouts {
+            info: t,
+            create: t,
+            list: t,
+            status: t,
+            destroy: t,
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            report(&format!("cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(check::check(options));
+    print_report(&result.to_string());
+    if result.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn print_report(text: &str) {
+    println!("{text}");
 }
 
 #[allow(clippy::print_stderr)]

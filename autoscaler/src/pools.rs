@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use rand::Rng;
+use rand::RngExt;
 
 use crate::config::PoolConfig;
 use crate::dispatch::PoolQueue;

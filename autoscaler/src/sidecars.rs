@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use rand::Rng;
+use rand::RngExt;
 use serde_json::{Map, Value};
 
 use crate::clock::Clock;

@@ -88,7 +88,7 @@ pub fn generate_system_id(machine_id: Option<&str>) -> String {
             format!("s_{}", &hex::encode(digest)[..12])
         }
         None => {
-            use rand::Rng;
+            use rand::RngExt;
             use rand::distr::Alphanumeric;
             let suffix: String = rand::rng()
                 .sample_iter(Alphanumeric)

@@ -183,3 +183,17 @@ fn wildcard_listen_needs_a_public_url() {
     let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
     assert!(err.to_string().contains("server.public_url"), "{err}");
 }
+
+#[test]
+fn the_shipped_example_configuration_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = include_str!("../../../deploy/autoscaler.example.toml");
+    let secrets = format!("{}/", dir.path().display());
+    let text = example.replace("/etc/autoscaler/", &secrets);
+    for name in ["linux.token", "linux.registration"] {
+        std::fs::write(dir.path().join(name), "glrt-example-secret\n").unwrap();
+    }
+    std::fs::write(dir.path().join("linux.registration"), "reg-example\n").unwrap();
+    let c = Config::load(&write(&dir, &text), no_env()).unwrap();
+    assert_eq!(c.pools[0].name, "linux");
+}

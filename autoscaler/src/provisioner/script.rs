@@ -63,6 +63,8 @@ impl ScriptProvisioner {
         timeouts: Timeouts,
         max_concurrency: usize,
     ) -> Self {
+        // The script runs in its own directory, so a relative path must not stay relative.
+        let command = std::path::absolute(&command).unwrap_or(command);
         Self {
             command,
             pool: pool.to_string(),

@@ -61,7 +61,44 @@ fn has_cargo_subcommand(name: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Debian packages the tests and the demo use: `sshd` for the local provisioner's sandboxes,
+/// `jq` for the bash provisioner, `ssh`/`ssh-keygen` for checks.
+const SYSTEM_PACKAGES: &[(&str, &str)] = &[
+    ("/usr/sbin/sshd", "openssh-server"),
+    ("/usr/bin/ssh", "openssh-client"),
+    ("/usr/bin/jq", "jq"),
+];
+
+/// Installs the missing system packages with apt-get (as root, or through sudo).
+fn ensure_system_packages() -> Result<()> {
+    let missing: Vec<&str> = SYSTEM_PACKAGES
+        .iter()
+        .filter(|(path, _)| !std::path::Path::new(path).exists())
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let (program, prefix): (&str, Vec<&str>) = if root {
+        ("apt-get", vec![])
+    } else {
+        ("sudo", vec!["apt-get"])
+    };
+    let mut update = prefix.clone();
+    update.extend(["update", "-qq"]);
+    run(program, &update)?;
+    let mut install = prefix;
+    install.extend(["install", "-y", "-qq", "--no-install-recommends"]);
+    install.extend(&missing);
+    run(program, &install).context("installing system packages (needs root or sudo)")
+}
+
 fn test(extra: &[String]) -> Result<()> {
+    ensure_system_packages()?;
     run("cargo", &["fmt", "--all", "--", "--check"])?;
     run(
         "cargo",
@@ -89,6 +126,7 @@ fn test(extra: &[String]) -> Result<()> {
 }
 
 fn demo(extra: &[String]) -> Result<()> {
+    ensure_system_packages()?;
     run("cargo", &["build", "--release", "--workspace", "--bins"])?;
     let demo = workspace_root()?.join("target/release/demo");
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();

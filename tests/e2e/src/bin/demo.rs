@@ -208,7 +208,7 @@ fn print_summary(rows: &[(&DemoJob, JobView, Vec<u8>, Duration)]) {
         if job.what == "masked secret" {
             let shown = text
                 .lines()
-                .find(|l| l.contains("deploying with token"))
+                .find(|l| l.starts_with("deploying with token"))
                 .unwrap_or("");
             println!("Masked variable in job {}'s log: {shown:?}", view.id);
         }

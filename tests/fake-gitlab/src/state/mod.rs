@@ -6,7 +6,7 @@ mod job;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 use rand::distr::Alphanumeric;
 
 use crate::control::{EnqueuedJob, JobSpec, JobStatus, JobView, RunnerView};
