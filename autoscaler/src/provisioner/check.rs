@@ -297,7 +297,7 @@ impl Kit {
         let timeouts = self.options.timeouts.clone();
         // 1. info
         let req = self.request(json!({}));
-        let name = match self.call("info", None, &req, timeouts.info).await {
+        match self.call("info", None, &req, timeouts.info).await {
             Ok(v) => match protocol::parse_info(v.to_string().as_bytes()) {
                 Ok(info) => {
                     self.record(Outcome::Passed);
@@ -312,8 +312,7 @@ impl Kit {
                 self.record(Outcome::Failed(e));
                 "no answer to info".into()
             }
-        };
-        name
+        }
     }
 
     /// Clauses 2–8, on one machine.
