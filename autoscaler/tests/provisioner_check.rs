@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 //! The conformance kit judges provisioners: a correct one passes every clause, and each
 //! deliberately broken one fails, with the clause that catches it named.
 
