@@ -7,6 +7,7 @@ pub mod core;
 pub mod dispatch;
 pub mod intake;
 pub mod jobs;
+pub mod machines;
 pub mod mirror;
 pub mod pools;
 pub mod provisioner;

@@ -103,6 +103,7 @@ impl Sidecars {
             token_digest: token.digest(),
             description,
             created_at: self.clock.now(),
+            machine: None,
         };
         self.store.put_sidecar(&record)?;
         self.store.durable().await?;

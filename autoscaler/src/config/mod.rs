@@ -5,6 +5,7 @@
 //! problem is reported at once with its key path.
 
 mod env;
+mod pool;
 mod reader;
 mod values;
 
@@ -19,6 +20,7 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
 
 use crate::secret::Secret;
+pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
 pub use reader::Problem;
 use reader::{Problems, Section};
 
@@ -83,21 +85,6 @@ pub struct LogConfig {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// A pool: one upstream runner identity and the sidecars that serve its jobs.
-#[derive(Debug, Clone)]
-pub struct PoolConfig {
-    pub name: String,
-    /// The runner authentication token GitLab knows this pool by. Never leaves the autoscaler.
-    pub upstream_token: Secret,
-    /// Lets static sidecars register with `POST /api/v4/runners`.
-    pub registration_token: Option<Secret>,
-    /// Most job requests in flight to GitLab at once for this pool.
-    pub request_concurrency: u32,
-    /// How long a job handed to a sidecar may wait for its acceptance (`PUT state=running`)
-    /// before it is offered to another sidecar.
-    pub assign_ack_timeout: Duration,
 }
 
 /// Why the configuration was refused: every problem found, each with its key path.
@@ -180,7 +167,7 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
     let pools: Vec<_> = root
         .tables("pools")
         .into_iter()
-        .map(|s| read_pool(s, base_dir))
+        .map(|s| pool::read_pool(s, base_dir))
         .collect();
     if pools.is_empty() && !root.has("pools") {
         root.problem("pools", "at least one [[pools]] entry is required");
@@ -295,35 +282,14 @@ fn read_log(s: Option<Section<'_>>) -> LogConfig {
     LogConfig { level, format }
 }
 
-fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
-    let name: Option<String> = s.required("name");
-    if let Some(n) = &name
-        && let Err(e) = values::pool_name(n)
-    {
-        s.problem("name", e);
-    }
-    let upstream_token = read_secret(&s, "upstream_token", base_dir, true);
-    let registration_token = read_secret(&s, "registration_token", base_dir, false);
-    let request_concurrency: u32 = s.or("request_concurrency", 4);
-    if !(1..=256).contains(&request_concurrency) {
-        s.problem("request_concurrency", "must be between 1 and 256");
-    }
-    let assign_ack_timeout = s
-        .parsed("assign_ack_timeout", values::duration)
-        .unwrap_or(Duration::from_secs(120));
-    s.finish();
-    Some(PoolConfig {
-        name: name?,
-        upstream_token: upstream_token?,
-        registration_token,
-        request_concurrency,
-        assign_ack_timeout,
-    })
-}
-
 /// A secret given inline (`key`) or in a file (`key_file`, first line, trimmed). Inline secrets
 /// are allowed because environment overrides are the usual way to inject them.
-fn read_secret(s: &Section<'_>, key: &str, base_dir: &Path, required: bool) -> Option<Secret> {
+pub(super) fn read_secret(
+    s: &Section<'_>,
+    key: &str,
+    base_dir: &Path,
+    required: bool,
+) -> Option<Secret> {
     let file_key = format!("{key}_file");
     let inline: Option<String> = s.optional(key);
     let file: Option<PathBuf> = s.optional(&file_key);
@@ -393,7 +359,7 @@ fn check_pools_are_distinct(pools: &[Option<PoolConfig>], root: &Section<'_>) {
     }
 }
 
-fn resolve(base_dir: &Path, p: PathBuf) -> PathBuf {
+pub(super) fn resolve(base_dir: &Path, p: PathBuf) -> PathBuf {
     if p.is_absolute() { p } else { base_dir.join(p) }
 }
 

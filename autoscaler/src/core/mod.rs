@@ -8,6 +8,7 @@ pub mod job;
 pub mod machine;
 pub mod payload;
 pub mod reconcile;
+pub mod scaler;
 pub mod throttle;
 
 use serde::{Deserialize, Serialize};

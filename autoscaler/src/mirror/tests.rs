@@ -34,6 +34,9 @@ fn pool_config(name: &str, upstream: &str, registration: &str) -> PoolConfig {
         registration_token: Some(Secret::new(registration)),
         request_concurrency: 2,
         assign_ack_timeout: Duration::from_secs(120),
+        provisioner: None,
+        scaling: crate::config::ScalingConfig::default(),
+        sidecar: None,
     }
 }
 

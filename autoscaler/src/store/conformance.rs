@@ -28,7 +28,50 @@ fn sidecar(id: u64) -> SidecarRecord {
         token_digest: TokenDigest::of(&format!("glrt-{id}")),
         description: Some("test".into()),
         created_at: 5,
+        machine: None,
     }
+}
+
+fn machine(id: &str) -> MachineRecord {
+    MachineRecord {
+        id: id.into(),
+        pool: "default".into(),
+        state: crate::core::machine::MachineState::Booting,
+        since: 7,
+        created_at: 5,
+        provider_id: Some(format!("p-{id}")),
+        endpoint: Some(Endpoint {
+            host: "127.0.0.1".into(),
+            port: 2222,
+            user: "runner".into(),
+        }),
+        host_key: Some(HostKey {
+            key: "ssh-ed25519 AAAA".into(),
+            source: HostKeySource::Provider,
+        }),
+        sidecar: Some(SidecarId(3)),
+        use_count: 2,
+        reason: None,
+        destroy_attempts: 0,
+        next_attempt: 0,
+        timeline: vec![TimelineEntry {
+            at: 5,
+            state: crate::core::machine::MachineState::Requested,
+            reason: None,
+        }],
+    }
+}
+
+async fn machines(store: &dyn Store) {
+    store.put_machine(&machine("m-1")).unwrap();
+    store.put_machine(&machine("m-2")).unwrap();
+    assert_eq!(
+        store.machines().unwrap(),
+        vec![machine("m-1"), machine("m-2")]
+    );
+    store.remove_machine("m-1").unwrap();
+    assert_eq!(store.machines().unwrap(), vec![machine("m-2")]);
+    store.durable().await.unwrap();
 }
 
 async fn jobs_and_payloads(store: &dyn Store) {
@@ -76,6 +119,7 @@ async fn memory_store_conforms() {
     let store = MemoryStore::new();
     jobs_and_payloads(&store).await;
     sidecars_meta_and_ids(&store).await;
+    machines(&store).await;
 }
 
 #[tokio::test]
@@ -84,6 +128,7 @@ async fn sled_store_conforms() {
     let store = SledStore::open(dir.path()).unwrap();
     jobs_and_payloads(&store).await;
     sidecars_meta_and_ids(&store).await;
+    machines(&store).await;
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 
-use super::{JobRecord, SidecarRecord, Store, StoreError};
+use super::{JobRecord, MachineRecord, SidecarRecord, Store, StoreError};
 use crate::core::{JobId, SidecarId};
 
 #[derive(Debug, Default)]
@@ -20,6 +20,7 @@ struct Inner {
     jobs: BTreeMap<JobId, JobRecord>,
     payloads: BTreeMap<JobId, bytes::Bytes>,
     sidecars: BTreeMap<SidecarId, SidecarRecord>,
+    machines: BTreeMap<String, MachineRecord>,
     meta: BTreeMap<String, Vec<u8>>,
 }
 
@@ -67,6 +68,22 @@ impl Store for MemoryStore {
 
     fn payload(&self, id: JobId) -> Result<Option<bytes::Bytes>, StoreError> {
         Ok(self.lock().payloads.get(&id).cloned())
+    }
+
+    fn put_machine(&self, machine: &MachineRecord) -> Result<(), StoreError> {
+        self.lock()
+            .machines
+            .insert(machine.id.clone(), machine.clone());
+        Ok(())
+    }
+
+    fn machines(&self) -> Result<Vec<MachineRecord>, StoreError> {
+        Ok(self.lock().machines.values().cloned().collect())
+    }
+
+    fn remove_machine(&self, id: &str) -> Result<(), StoreError> {
+        self.lock().machines.remove(id);
+        Ok(())
     }
 
     fn put_sidecar(&self, sidecar: &SidecarRecord) -> Result<(), StoreError> {

@@ -16,7 +16,10 @@ use futures::future::BoxFuture;
 
 use crate::core::{JobId, SidecarId};
 pub use memory::MemoryStore;
-pub use records::{DependencyGrant, JobRecord, RECORD_VERSION, SidecarRecord};
+pub use records::{
+    DependencyGrant, Endpoint, HostKey, HostKeySource, JobRecord, MachineRecord, RECORD_VERSION,
+    SidecarRecord, TimelineEntry,
+};
 pub use sled_store::SledStore;
 
 /// The schema this build reads and writes. Bumped when records or trees change meaning; a store
@@ -65,6 +68,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// The job payload exactly as GitLab sent it.
     fn put_payload(&self, id: JobId, payload: &[u8]) -> Result<(), StoreError>;
     fn payload(&self, id: JobId) -> Result<Option<bytes::Bytes>, StoreError>;
+
+    fn put_machine(&self, machine: &MachineRecord) -> Result<(), StoreError>;
+    fn machines(&self) -> Result<Vec<MachineRecord>, StoreError>;
+    fn remove_machine(&self, id: &str) -> Result<(), StoreError>;
 
     fn put_sidecar(&self, sidecar: &SidecarRecord) -> Result<(), StoreError>;
     fn sidecars(&self) -> Result<Vec<SidecarRecord>, StoreError>;

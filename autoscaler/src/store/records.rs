@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 use crate::core::job::JobPhase;
+use crate::core::machine::MachineState;
 use crate::core::{JobId, Millis, SidecarId};
 use crate::secret::{Secret, TokenDigest};
 
@@ -44,6 +45,77 @@ pub struct SidecarRecord {
     pub token_digest: TokenDigest,
     pub description: Option<String>,
     pub created_at: Millis,
+    /// The machine this sidecar was injected into (none for a sidecar that registered itself).
+    #[serde(default)]
+    pub machine: Option<String>,
+}
+
+/// A machine of a pool, from the moment we decide to create it until the provider says it is
+/// gone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineRecord {
+    /// Our id; also the idempotency key given to the provisioner.
+    pub id: String,
+    pub pool: String,
+    pub state: MachineState,
+    /// When it entered `state`.
+    pub since: Millis,
+    pub created_at: Millis,
+    #[serde(default)]
+    pub provider_id: Option<String>,
+    #[serde(default)]
+    pub endpoint: Option<Endpoint>,
+    #[serde(default)]
+    pub host_key: Option<HostKey>,
+    #[serde(default)]
+    pub sidecar: Option<SidecarId>,
+    /// Jobs handed to it so far.
+    #[serde(default)]
+    pub use_count: u32,
+    /// Why it is failed, draining or being destroyed.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub destroy_attempts: u32,
+    /// When the next destroy attempt is due.
+    #[serde(default)]
+    pub next_attempt: Millis,
+    /// Its states over time (bounded), for operators and the demo.
+    #[serde(default)]
+    pub timeline: Vec<TimelineEntry>,
+}
+
+/// Where to reach a machine over SSH.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+}
+
+/// The SSH host key a machine must present.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostKey {
+    /// `type base64`, as in `known_hosts`.
+    pub key: String,
+    pub source: HostKeySource,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostKeySource {
+    /// The provisioner reported it.
+    Provider,
+    /// Seen on the first connection and enforced since.
+    FirstConnection,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineEntry {
+    pub at: Millis,
+    pub state: MachineState,
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
@@ -90,6 +162,7 @@ mod tests {
             token_digest: TokenDigest::of("t"),
             description: None,
             created_at: 1,
+            machine: None,
         };
         let bytes = encode(&s).unwrap();
         assert_eq!(bytes[0], RECORD_VERSION);

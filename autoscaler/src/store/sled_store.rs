@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::future::BoxFuture;
 
 use super::records::{decode, encode};
-use super::{JobRecord, SCHEMA_VERSION, SidecarRecord, Store, StoreError};
+use super::{JobRecord, MachineRecord, SCHEMA_VERSION, SidecarRecord, Store, StoreError};
 use crate::core::{JobId, SidecarId};
 
 const SCHEMA_KEY: &str = "schema_version";
@@ -18,6 +18,7 @@ pub struct SledStore {
     jobs: sled::Tree,
     payloads: sled::Tree,
     sidecars: sled::Tree,
+    machines: sled::Tree,
     meta: sled::Tree,
     /// Writes completed so far, and how many of them a finished flush covered. `durable` compares
     /// the two so that a caller whose writes were covered by someone else's flush returns at once.
@@ -46,6 +47,7 @@ impl SledStore {
             jobs: tree("jobs")?,
             payloads: tree("payloads")?,
             sidecars: tree("sidecars")?,
+            machines: tree("machines")?,
             meta: tree("meta")?,
             db,
             writes: AtomicU64::new(0),
@@ -157,6 +159,30 @@ impl Store for SledStore {
             .get(key(id.0))
             .map_err(io)?
             .map(|v| bytes::Bytes::copy_from_slice(&v)))
+    }
+
+    fn put_machine(&self, machine: &MachineRecord) -> Result<(), StoreError> {
+        self.machines
+            .insert(machine.id.as_bytes(), encode(machine)?)
+            .map_err(io)?;
+        self.wrote();
+        Ok(())
+    }
+
+    fn machines(&self) -> Result<Vec<MachineRecord>, StoreError> {
+        self.machines
+            .iter()
+            .map(|item| {
+                let (k, v) = item.map_err(io)?;
+                decode("machine", &String::from_utf8_lossy(&k), &v)
+            })
+            .collect()
+    }
+
+    fn remove_machine(&self, id: &str) -> Result<(), StoreError> {
+        self.machines.remove(id.as_bytes()).map_err(io)?;
+        self.wrote();
+        Ok(())
     }
 
     fn put_sidecar(&self, sidecar: &SidecarRecord) -> Result<(), StoreError> {

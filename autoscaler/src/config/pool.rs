@@ -1,0 +1,346 @@
+//! `[[pools]]`: a pool's identity towards GitLab, and, for pools that scale, its provisioner,
+//! its scaling policy and how sidecars are started on its machines.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::reader::Section;
+use super::{read_secret, resolve, values};
+use crate::core::reconcile::OrphanPolicy;
+use crate::provisioner::Timeouts;
+use crate::secret::Secret;
+
+/// A pool: one upstream runner identity and the sidecars that serve its jobs.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub name: String,
+    /// The runner authentication token GitLab knows this pool by. Never leaves the autoscaler.
+    pub upstream_token: Secret,
+    /// Lets static sidecars register with `POST /api/v4/runners`.
+    pub registration_token: Option<Secret>,
+    /// Most job requests in flight to GitLab at once for this pool.
+    pub request_concurrency: u32,
+    /// How long a job handed to a sidecar may wait for its acceptance (`PUT state=running`)
+    /// before it is offered to another sidecar.
+    pub assign_ack_timeout: Duration,
+    /// Machines made by a provisioner. Without it the pool is static: sidecars register
+    /// themselves.
+    pub provisioner: Option<ProvisionerConfig>,
+    pub scaling: ScalingConfig,
+    pub sidecar: Option<SidecarConfig>,
+}
+
+impl PoolConfig {
+    /// When the pool asks GitLab for jobs (see [`Intake`]).
+    pub fn intake(&self) -> Intake {
+        if self.provisioner.is_none() {
+            Intake::Preemptive
+        } else {
+            self.scaling.intake
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProvisionerConfig {
+    pub command: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub max_concurrency: usize,
+    /// Machine creations per second (token bucket refill) and how many at once.
+    pub create_rate: f64,
+    pub create_burst: u32,
+    pub orphan_policy: OrphanPolicy,
+    pub timeouts: Timeouts,
+    /// Longest from the create request to `running` at the provider.
+    pub boot_timeout: Duration,
+    pub reconcile_interval: Duration,
+    pub user_data: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intake {
+    /// Ask GitLab for a job only while a sidecar waits for one (fast start, needs idle
+    /// capacity).
+    Preemptive,
+    /// Ask GitLab while the pool has room to run more jobs, and make machines for them.
+    OnDemand,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScalingConfig {
+    pub max_machines: u32,
+    pub capacity_per_machine: u32,
+    /// Idle job slots to keep ready.
+    pub idle_count: u32,
+    /// How long a machine may stay idle before it is removed (unless needed for `idle_count`).
+    pub idle_time: Duration,
+    /// Jobs a machine runs before it is replaced; 0 is unlimited.
+    pub max_use_count: u32,
+    pub intake: Intake,
+    /// How long a job taken from GitLab may wait for a machine before it is failed.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        Self {
+            max_machines: 10,
+            capacity_per_machine: 1,
+            idle_count: 0,
+            idle_time: Duration::from_secs(600),
+            max_use_count: 0,
+            intake: Intake::OnDemand,
+            acquire_timeout: Duration::from_secs(900),
+        }
+    }
+}
+
+/// How the sidecar is started on a machine.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    pub mode: SidecarMode,
+    /// A local file uploaded to the machine when it lacks it (checksum verified).
+    pub binary: Option<PathBuf>,
+    /// The sidecar's directory on the machine, relative to the login user's home.
+    pub remote_dir: String,
+    /// Run on the machine before the sidecar starts; a non-zero exit fails the machine.
+    pub ready_command: Option<String>,
+    /// From `running` at the provider to the sidecar's first poll: SSH, ready command,
+    /// upload, start.
+    pub ready_timeout: Duration,
+    /// After a ready machine's sidecar has been silent this long, the machine is lost.
+    pub silence_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SidecarMode {
+    /// The project's own sidecar (`sidecar run`).
+    Builtin,
+    /// Stock `gitlab-runner run` with a generated `config.toml`.
+    GitlabRunner {
+        executor: String,
+        /// TOML lines added to the generated `[[runners]]` entry (executor options).
+        extra_config: String,
+    },
+    /// Any runner: a command template with `{url}`, `{token}`, `{concurrency}`, `{name}`,
+    /// `{binary}` and `{dir}`.
+    Command { template: String },
+}
+
+pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
+    let name: Option<String> = s.required("name");
+    if let Some(n) = &name
+        && let Err(e) = values::pool_name(n)
+    {
+        s.problem("name", e);
+    }
+    let upstream_token = read_secret(&s, "upstream_token", base_dir, true);
+    let registration_token = read_secret(&s, "registration_token", base_dir, false);
+    let request_concurrency: u32 = s.or("request_concurrency", 4);
+    if !(1..=256).contains(&request_concurrency) {
+        s.problem("request_concurrency", "must be between 1 and 256");
+    }
+    let assign_ack_timeout = s
+        .parsed("assign_ack_timeout", values::duration)
+        .unwrap_or(Duration::from_secs(120));
+    let provisioner = s
+        .table("provisioner")
+        .map(|t| read_provisioner(t, base_dir));
+    let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
+    let sidecar = s.table("sidecar").map(|t| read_sidecar(t, base_dir));
+    match (&provisioner, &sidecar) {
+        (Some(_), None) => s.problem(
+            "sidecar",
+            "is required with a provisioner: how is the sidecar started on a machine?",
+        ),
+        (None, Some(_)) => s.problem("sidecar", "only applies to pools with a provisioner"),
+        _ => {}
+    }
+    if let (Some(Some(p)), Some(Some(c))) = (&provisioner, &sidecar)
+        && c.ready_timeout + p.timeouts.status >= p.boot_timeout * 10
+    {
+        s.problem(
+            "sidecar.ready_timeout",
+            "is out of proportion with provisioner.timeouts.boot",
+        );
+    }
+    s.finish();
+    Some(PoolConfig {
+        name: name?,
+        upstream_token: upstream_token?,
+        registration_token,
+        request_concurrency,
+        assign_ack_timeout,
+        provisioner: provisioner.flatten(),
+        scaling,
+        sidecar: sidecar.flatten(),
+    })
+}
+
+fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
+    s.parsed(key, values::duration).unwrap_or(default)
+}
+
+fn read_provisioner(s: Section<'_>, base_dir: &Path) -> Option<ProvisionerConfig> {
+    let command: Option<PathBuf> = s.required("command");
+    let command = command.map(|c| resolve(base_dir, c));
+    if let Some(c) = &command
+        && !c.is_file()
+    {
+        s.problem("command", format!("{} is not a file", c.display()));
+    }
+    let env: BTreeMap<String, String> = s.or("env", BTreeMap::new());
+    let max_concurrency: usize = s.or("max_concurrency", 4);
+    if !(1..=64).contains(&max_concurrency) {
+        s.problem("max_concurrency", "must be between 1 and 64");
+    }
+    let create_rate: f64 = s.or("create_rate", 1.0);
+    if !(create_rate > 0.0 && create_rate <= 1000.0) {
+        s.problem("create_rate", "must be above 0 and at most 1000 per second");
+    }
+    let create_burst: u32 = s.or("create_burst", 5);
+    if !(1..=1000).contains(&create_burst) {
+        s.problem("create_burst", "must be between 1 and 1000");
+    }
+    let orphan_policy: OrphanPolicy = s.or("orphan_policy", OrphanPolicy::Destroy);
+    let defaults = Timeouts::default();
+    let mut timeouts = defaults.clone();
+    let mut boot_timeout = Duration::from_secs(600);
+    if let Some(t) = s.table("timeouts") {
+        timeouts = Timeouts {
+            info: duration_or(&t, "info", defaults.info),
+            create: duration_or(&t, "create", defaults.create),
+            list: duration_or(&t, "list", defaults.list),
+            status: duration_or(&t, "status", defaults.status),
+            destroy: duration_or(&t, "destroy", defaults.destroy),
+        };
+        boot_timeout = duration_or(&t, "boot", boot_timeout);
+        t.finish();
+    }
+    if boot_timeout <= timeouts.create {
+        s.problem(
+            "timeouts.boot",
+            "must be longer than timeouts.create (a create may still be running)",
+        );
+    }
+    let reconcile_interval = duration_or(&s, "reconcile_interval", Duration::from_secs(10));
+    let user_data: Option<String> = s.optional("user_data");
+    s.finish();
+    Some(ProvisionerConfig {
+        command: command?,
+        env,
+        max_concurrency,
+        create_rate,
+        create_burst,
+        orphan_policy,
+        timeouts,
+        boot_timeout,
+        reconcile_interval,
+        user_data,
+    })
+}
+
+fn read_scaling(s: Section<'_>) -> ScalingConfig {
+    let d = ScalingConfig::default();
+    let max_machines: u32 = s.or("max_machines", d.max_machines);
+    if !(1..=100_000).contains(&max_machines) {
+        s.problem("max_machines", "must be between 1 and 100000");
+    }
+    let capacity_per_machine: u32 = s.or("capacity_per_machine", d.capacity_per_machine);
+    if !(1..=1000).contains(&capacity_per_machine) {
+        s.problem("capacity_per_machine", "must be between 1 and 1000");
+    }
+    let idle_count: u32 = s.or("idle_count", d.idle_count);
+    let intake = s.or(
+        "intake",
+        if idle_count > 0 {
+            Intake::Preemptive
+        } else {
+            Intake::OnDemand
+        },
+    );
+    if intake == Intake::Preemptive && idle_count == 0 {
+        s.problem(
+            "intake",
+            "preemptive intake needs idle_count > 0, or no job would ever be asked for",
+        );
+    }
+    let scaling = ScalingConfig {
+        max_machines,
+        capacity_per_machine,
+        idle_count,
+        idle_time: duration_or(&s, "idle_time", d.idle_time),
+        max_use_count: s.or("max_use_count", d.max_use_count),
+        intake,
+        acquire_timeout: duration_or(&s, "acquire_timeout", d.acquire_timeout),
+    };
+    s.finish();
+    scaling
+}
+
+fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {
+    let mode_name: String = s.or("mode", "builtin".to_string());
+    let executor: Option<String> = s.optional("executor");
+    let extra_config: Option<String> = s.optional("executor_config");
+    let template: Option<String> = s.optional("command");
+    let mode = match mode_name.as_str() {
+        "builtin" => Some(SidecarMode::Builtin),
+        "gitlab-runner" => Some(SidecarMode::GitlabRunner {
+            executor: executor.clone().unwrap_or_else(|| "shell".into()),
+            extra_config: extra_config.clone().unwrap_or_default(),
+        }),
+        "command" => match &template {
+            Some(t) if t.contains("{url}") && t.contains("{token}") => Some(SidecarMode::Command {
+                template: t.clone(),
+            }),
+            Some(_) => {
+                s.problem("command", "must contain {url} and {token}");
+                None
+            }
+            None => {
+                s.problem("command", "is required with mode = \"command\"");
+                None
+            }
+        },
+        other => {
+            s.problem(
+                "mode",
+                format!("{other:?} is not one of builtin, gitlab-runner, command"),
+            );
+            None
+        }
+    };
+    if mode_name != "gitlab-runner" && (executor.is_some() || extra_config.is_some()) {
+        s.problem("executor", "only applies to mode = \"gitlab-runner\"");
+    }
+    if mode_name != "command" && template.is_some() {
+        s.problem("command", "only applies to mode = \"command\"");
+    }
+    let binary: Option<PathBuf> = s
+        .optional::<PathBuf>("binary")
+        .map(|b| resolve(base_dir, b));
+    if let Some(b) = &binary
+        && !b.is_file()
+    {
+        s.problem("binary", format!("{} is not a file", b.display()));
+    }
+    let remote_dir: String = s.or("remote_dir", "autoscaler-sidecar".to_string());
+    if remote_dir.is_empty() || remote_dir.contains(['\'', '"', '`', '$', '\\', '\n', ' ']) {
+        s.problem(
+            "remote_dir",
+            "must be a plain path without spaces, quotes or shell characters",
+        );
+    }
+    let config = SidecarConfig {
+        mode: mode?,
+        binary,
+        remote_dir,
+        ready_command: s.optional("ready_command"),
+        ready_timeout: duration_or(&s, "ready_timeout", Duration::from_secs(300)),
+        silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(60)),
+    };
+    s.finish();
+    Some(config)
+}

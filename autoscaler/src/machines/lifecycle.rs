@@ -1,0 +1,375 @@
+//! Calls to the provisioner that move machines through their lifecycle: create (throttled,
+//! guarded by the circuit breaker), reconcile against `list`, refresh a machine that runs,
+//! destroy (retried with backoff until the provider agrees it is gone).
+
+use std::time::Duration;
+
+use super::{MachinesError, PoolMachines};
+use crate::core::Millis;
+use crate::core::backoff::Backoff;
+use crate::core::breaker::BreakerState;
+use crate::core::machine::{MachineEvent, MachineState};
+use crate::core::reconcile::{self, Action, Known, Listed, ProviderState};
+use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
+use crate::store::{Endpoint, HostKey, HostKeySource, MachineRecord};
+
+/// Destroy retries: 1 s doubling to 5 min.
+const DESTROY_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+/// How soon to look again at a machine the provider is still stopping.
+const STOPPING_RECHECK_MS: Millis = 5_000;
+
+impl PoolMachines {
+    /// Asks the provider for up to `wanted` machines, as the token bucket and the circuit breaker
+    /// allow. Returns how many were asked for.
+    pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
+        if wanted == 0 {
+            return Ok(0);
+        }
+        let now = self.clock.now();
+        let granted = {
+            let mut g = self.guards();
+            if !g.breaker.allows(now) {
+                return Ok(0);
+            }
+            g.throttle.take(wanted, now)
+        };
+        if granted == 0 {
+            return Ok(0);
+        }
+        let mut ids = Vec::new();
+        for _ in 0..granted {
+            let record = self.new_record(MachineState::Requested)?;
+            ids.push(record.id.clone());
+            self.insert(record)?;
+        }
+        // A machine we ask for must be in the store before the provider hears of it: after a
+        // crash, its key finds it again.
+        self.store.durable().await?;
+        let batches: Vec<Vec<String>> = ids.chunks(self.batch()).map(<[String]>::to_vec).collect();
+        let calls = batches.into_iter().map(|batch| self.create_batch(batch));
+        futures::future::join_all(calls).await;
+        Ok(granted)
+    }
+
+    async fn create_batch(&self, ids: Vec<String>) {
+        let mut labels = self.owner_labels();
+        let machines = ids
+            .iter()
+            .map(|id| {
+                labels.insert("autoscaler-key".into(), id.clone());
+                CreateItem {
+                    key: id.clone(),
+                    labels: labels.clone(),
+                }
+            })
+            .collect();
+        let request = CreateRequest {
+            machines,
+            ssh_public_key: self.settings.ssh_public_key.clone(),
+            user_data: self.settings.user_data.clone(),
+        };
+        match self.provisioner.create(request).await {
+            Ok(created) => {
+                self.provisioner_succeeded();
+                for c in created {
+                    let event = match c.state {
+                        ProviderState::Running => MachineEvent::ProviderRunning,
+                        _ => MachineEvent::CreateAccepted,
+                    };
+                    let bound = self.update(&c.key, |m| m.provider_id = Some(c.id.clone()));
+                    if let Err(e) =
+                        bound.and_then(|()| self.apply(&c.key, MachineEvent::CreateAccepted, ""))
+                    {
+                        tracing::warn!(pool = %self.pool(), machine.id = %c.key, error = %e, "cannot record a created machine");
+                        continue;
+                    }
+                    if event == MachineEvent::ProviderRunning {
+                        self.refresh_running(&c.key).await;
+                    }
+                }
+            }
+            Err(e) => {
+                self.provisioner_failed(&e, "create");
+                if !matches!(e, ProvisionerError::TimedOut(_)) {
+                    // The call failed without running out of time: most likely nothing was made.
+                    // Ask `list` rather than guess, so that these machines stop counting against
+                    // the maximum at once if they do not exist.
+                    self.settle_failed_create(&ids, &e.to_string()).await;
+                }
+            }
+        }
+    }
+
+    /// After a failed create: machines the provider lists by key are ours; the others never
+    /// existed.
+    async fn settle_failed_create(&self, ids: &[String], why: &str) {
+        let Ok(listed) = self.provisioner.list(self.owner_labels()).await else {
+            return; // The reconcile pass will decide, by key or by timeout.
+        };
+        for id in ids {
+            let found = listed
+                .iter()
+                .find(|l| l.labels.get("autoscaler-key") == Some(id));
+            let result = match found {
+                Some(l) => self
+                    .update(id, |m| m.provider_id = Some(l.id.clone()))
+                    .and_then(|()| self.apply(id, MachineEvent::CreateAccepted, "")),
+                None => self.apply(
+                    id,
+                    MachineEvent::ProviderGone,
+                    &format!("create failed: {why}"),
+                ),
+            };
+            if let Err(e) = result {
+                tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot settle a failed create");
+            }
+        }
+    }
+
+    fn provisioner_succeeded(&self) {
+        let mut g = self.guards();
+        if !matches!(g.breaker.state(self.clock.now()), BreakerState::Closed) {
+            tracing::info!(pool = %self.pool(), "provisioner answers again; pool resumed");
+        }
+        g.breaker.success();
+    }
+
+    fn provisioner_failed(&self, e: &ProvisionerError, verb: &str) {
+        let now = self.clock.now();
+        let mut g = self.guards();
+        let reason = format!("{verb}: {e}");
+        let opened = if e.is_permanent() {
+            g.breaker.open(now, &reason);
+            true
+        } else {
+            g.breaker.failure(now, &reason)
+        };
+        if opened {
+            if let BreakerState::Open { until, .. } = g.breaker.state(now) {
+                tracing::error!(pool = %self.pool(), %reason, paused_for_s = until.saturating_sub(now) / 1000,
+                    "provisioner keeps failing; pool paused (no new machines; existing ones keep working)");
+            }
+        } else {
+            tracing::warn!(pool = %self.pool(), %reason, "provisioner call failed");
+        }
+    }
+
+    /// One reconcile pass: `list` against what we know, and the actions that follow.
+    pub async fn reconcile(&self) -> Result<(), MachinesError> {
+        if let Ok(info) = self.provisioner.info().await {
+            self.set_batch(info.capabilities.batch_size());
+        }
+        let listed = match self.provisioner.list(self.owner_labels()).await {
+            Ok(listed) => {
+                self.provisioner_succeeded();
+                listed
+            }
+            Err(e) => {
+                self.provisioner_failed(&e, "list");
+                return Ok(());
+            }
+        };
+        let listed: Vec<Listed> = listed
+            .into_iter()
+            .map(|l| Listed {
+                provider_id: l.id,
+                state: l.state,
+                key: l.labels.get("autoscaler-key").cloned(),
+            })
+            .collect();
+        let known: Vec<Known> = self
+            .snapshot()
+            .into_iter()
+            .filter(|m| !m.state.is_gone())
+            .map(|m| Known {
+                id: m.id,
+                state: m.state,
+                provider_id: m.provider_id,
+                created_at: m.created_at,
+                since: m.since,
+                next_attempt: m.next_attempt,
+            })
+            .collect();
+        let now = self.clock.now();
+        for action in reconcile::plan(&known, &listed, now, &self.reconcile_policy()) {
+            self.execute(action).await?;
+        }
+        self.collect_gone()?;
+        Ok(())
+    }
+
+    async fn execute(&self, action: Action) -> Result<(), MachinesError> {
+        match action {
+            Action::Bind {
+                machine,
+                provider_id,
+            } => {
+                tracing::info!(pool = %self.pool(), machine.id = %machine, provider_id, "a create we lost track of made this machine; recording it");
+                self.update(&machine, |m| m.provider_id = Some(provider_id))?;
+                self.apply(&machine, MachineEvent::CreateAccepted, "found by its key")?;
+            }
+            Action::Event {
+                machine,
+                event: MachineEvent::ProviderRunning,
+                ..
+            } => self.refresh_running(&machine).await,
+            Action::Event {
+                machine,
+                event,
+                reason,
+            } => {
+                let destroy = event == MachineEvent::Destroy;
+                self.apply(&machine, event, &reason)?;
+                if destroy {
+                    self.destroy(&machine).await?;
+                }
+            }
+            Action::Destroy { machine } => self.destroy(&machine).await?,
+            Action::Adopt { provider_id, key } => self.adopt(provider_id, key).await?,
+            Action::DestroyOrphan { provider_id } => {
+                tracing::warn!(pool = %self.pool(), provider_id, "destroying a machine that carries our labels but that we do not know (orphan_policy = destroy)");
+                if let Err(e) = self.provisioner.destroy(&provider_id).await {
+                    self.provisioner_failed(&e, "destroy");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes over an orphan: it becomes a machine of the pool, booting.
+    async fn adopt(&self, provider_id: String, key: Option<String>) -> Result<(), MachinesError> {
+        let mut record = self.new_record(MachineState::Creating)?;
+        record.provider_id = Some(provider_id.clone());
+        record.reason = Some(format!(
+            "adopted (its key was {})",
+            key.as_deref().unwrap_or("none")
+        ));
+        let id = record.id.clone();
+        tracing::warn!(pool = %self.pool(), machine.id = %id, provider_id, "adopting a machine that carries our labels (orphan_policy = adopt)");
+        self.insert(record)?;
+        self.refresh_running(&id).await;
+        Ok(())
+    }
+
+    /// Asks `status` of a machine the provider reports running, records where to reach it, and
+    /// moves it to `booting`.
+    pub async fn refresh_running(&self, id: &str) {
+        let Some(provider_id) = self.get(id).and_then(|m| m.provider_id) else {
+            return;
+        };
+        let status = match self.provisioner.status(&provider_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.provisioner_failed(&e, "status");
+                return;
+            }
+        };
+        let result = match status.state {
+            ProviderState::Running => {
+                let endpoint = status.address.map(|host| Endpoint {
+                    host,
+                    port: status.port,
+                    user: status.user,
+                });
+                let host_key = status.host_key.map(|key| HostKey {
+                    key,
+                    source: HostKeySource::Provider,
+                });
+                self.update(id, |m| {
+                    m.endpoint = endpoint;
+                    if host_key.is_some() {
+                        m.host_key = host_key;
+                    }
+                })
+                .and_then(|()| self.apply(id, MachineEvent::ProviderRunning, ""))
+                .map(|_| ())
+            }
+            ProviderState::Gone => self
+                .apply(
+                    id,
+                    MachineEvent::ProviderGone,
+                    "the provider reports it gone",
+                )
+                .map(|_| ()),
+            ProviderState::Failed => self
+                .apply(
+                    id,
+                    MachineEvent::Fail,
+                    status
+                        .message
+                        .as_deref()
+                        .unwrap_or("the provider reports it failed"),
+                )
+                .map(|_| ()),
+            ProviderState::Creating | ProviderState::Stopping => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot record the machine's status");
+        }
+    }
+
+    /// Destroys a machine (any live state): stops it getting work and asks the provider. A
+    /// failed attempt is retried by later reconcile passes, with backoff, until the provider
+    /// reports it gone.
+    pub async fn destroy(&self, id: &str) -> Result<(), MachinesError> {
+        let Some(machine) = self.get(id) else {
+            return Err(MachinesError::Unknown(id.to_string()));
+        };
+        if machine.state.is_gone() {
+            return Ok(());
+        }
+        if machine.state != MachineState::Destroying {
+            self.apply(
+                id,
+                MachineEvent::Destroy,
+                machine.reason.as_deref().unwrap_or(""),
+            )?;
+        }
+        let Some(provider_id) = machine.provider_id.clone() else {
+            // Nothing to call: its create never answered. The reconcile pass binds it by key if
+            // it appears, or declares it gone after the boot timeout.
+            return Ok(());
+        };
+        let now = self.clock.now();
+        match self.provisioner.destroy(&provider_id).await {
+            Ok(Destroyed::Gone) => {
+                self.apply(id, MachineEvent::ProviderGone, "destroyed")?;
+            }
+            Ok(Destroyed::Stopping) => {
+                self.update(id, |m| m.next_attempt = now + STOPPING_RECHECK_MS)?;
+            }
+            Err(e) => {
+                self.provisioner_failed(&e, "destroy");
+                let attempts = machine.destroy_attempts + 1;
+                let mut backoff = DESTROY_BACKOFF;
+                for _ in 1..attempts {
+                    backoff.fail(None, 0.5);
+                }
+                let wait = backoff.fail(e.retry_after(), 0.5);
+                let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                tracing::warn!(pool = %self.pool(), machine.id = %id, attempts, retry_in_s = wait.as_secs(), error = %e,
+                    "destroy failed; will retry");
+                self.update(id, |m| {
+                    m.destroy_attempts = attempts;
+                    m.next_attempt = now + wait_ms;
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks a machine to be destroyed with `reason` (used by the scaler and by failure
+    /// handling) and asks the provider.
+    pub async fn retire(&self, id: &str, reason: &str) -> Result<(), MachinesError> {
+        self.apply(id, MachineEvent::Destroy, reason)?;
+        self.destroy(id).await
+    }
+
+    /// Live machines as the scaler sees them.
+    pub fn live(&self) -> Vec<MachineRecord> {
+        self.snapshot()
+            .into_iter()
+            .filter(|m| !m.state.is_gone())
+            .collect()
+    }
+}

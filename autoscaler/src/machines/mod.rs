@@ -1,0 +1,299 @@
+//! A pool's machines: their records (persisted on every transition, logged with old and new
+//! state) and the calls that move them through their lifecycle (`lifecycle.rs`).
+
+mod lifecycle;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::Clock;
+use crate::core::Millis;
+use crate::core::breaker::{Breaker, BreakerState};
+use crate::core::machine::{InvalidTransition, MachineEvent, MachineState, transition};
+use crate::core::reconcile::{OrphanPolicy, Policy};
+use crate::core::throttle::TokenBucket;
+use crate::provisioner::{Labels, Provisioner};
+use crate::store::{MachineRecord, Store, StoreError, TimelineEntry};
+
+/// Most timeline entries kept per machine.
+const TIMELINE_LIMIT: usize = 32;
+/// How long a gone machine's record is kept, for the summary and late questions.
+const GONE_RETENTION_MS: Millis = 60 * 60 * 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MachinesError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transition(#[from] InvalidTransition),
+    #[error("machine {0} is not known")]
+    Unknown(String),
+}
+
+/// What a pool's machine service needs to know, from its configuration.
+#[derive(Debug, Clone)]
+pub struct MachinesSettings {
+    pub pool: String,
+    pub autoscaler_id: String,
+    pub ssh_public_key: String,
+    pub user_data: Option<String>,
+    pub boot_timeout: Duration,
+    pub ready_timeout: Duration,
+    pub orphans: OrphanPolicy,
+    pub create_rate: f64,
+    pub create_burst: u32,
+}
+
+#[derive(Debug)]
+pub struct PoolMachines {
+    settings: MachinesSettings,
+    provisioner: Arc<dyn Provisioner>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    table: Mutex<BTreeMap<String, MachineRecord>>,
+    guards: Mutex<Guards>,
+    /// Most machines per `create` call (the provisioner's `max_batch`).
+    batch: AtomicU32,
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+struct Guards {
+    breaker: Breaker,
+    throttle: TokenBucket,
+}
+
+impl PoolMachines {
+    /// The pool's machines as the store knows them.
+    pub fn load(
+        settings: MachinesSettings,
+        provisioner: Arc<dyn Provisioner>,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<Self>, StoreError> {
+        let table = store
+            .machines()?
+            .into_iter()
+            .filter(|m| m.pool == settings.pool)
+            .map(|m| (m.id.clone(), m))
+            .collect();
+        let now = clock.now();
+        let guards = Guards {
+            breaker: Breaker::new(5, Duration::from_secs(30), Duration::from_secs(600)),
+            throttle: TokenBucket::new(settings.create_rate, settings.create_burst, now),
+        };
+        Ok(Arc::new(Self {
+            settings,
+            provisioner,
+            store,
+            clock,
+            table: Mutex::new(table),
+            guards: Mutex::new(guards),
+            batch: AtomicU32::new(1),
+            changed: watch::Sender::new(0),
+        }))
+    }
+
+    pub fn pool(&self) -> &str {
+        &self.settings.pool
+    }
+
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, MachineRecord>> {
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
+        self.guards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Woken on every change of any machine.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Every machine, gone ones included until they are collected.
+    pub fn snapshot(&self) -> Vec<MachineRecord> {
+        self.lock().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: &str) -> Option<MachineRecord> {
+        self.lock().get(id).cloned()
+    }
+
+    /// The machine a sidecar was injected into.
+    pub fn by_sidecar(&self, sidecar: crate::core::SidecarId) -> Option<MachineRecord> {
+        self.lock()
+            .values()
+            .find(|m| m.sidecar == Some(sidecar))
+            .cloned()
+    }
+
+    pub fn breaker(&self) -> BreakerState {
+        let now = self.clock.now();
+        self.guards().breaker.state(now)
+    }
+
+    /// The labels every machine of this pool carries at the provider.
+    pub fn owner_labels(&self) -> Labels {
+        Labels::from([
+            (
+                "autoscaler-id".to_string(),
+                self.settings.autoscaler_id.clone(),
+            ),
+            ("autoscaler-pool".to_string(), self.settings.pool.clone()),
+        ])
+    }
+
+    pub fn reconcile_policy(&self) -> Policy {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Policy {
+            boot_timeout: ms(self.settings.boot_timeout),
+            ready_timeout: ms(self.settings.ready_timeout),
+            list_grace: 60_000,
+            orphans: self.settings.orphans,
+        }
+    }
+
+    /// Applies `event` to machine `id`: persisted and logged when the state changes.
+    pub fn apply(
+        &self,
+        id: &str,
+        event: MachineEvent,
+        reason: &str,
+    ) -> Result<(MachineState, MachineState), MachinesError> {
+        let now = self.clock.now();
+        let (before, after) = {
+            let mut table = self.lock();
+            let m = table
+                .get_mut(id)
+                .ok_or_else(|| MachinesError::Unknown(id.to_string()))?;
+            let before = m.state;
+            let after = transition(before, &event, now)?;
+            if after != before {
+                let mut updated = m.clone();
+                updated.state = after;
+                updated.since = now;
+                if !reason.is_empty() {
+                    updated.reason = Some(reason.to_string());
+                }
+                updated.timeline.push(TimelineEntry {
+                    at: now,
+                    state: after,
+                    reason: (!reason.is_empty()).then(|| reason.to_string()),
+                });
+                let excess = updated.timeline.len().saturating_sub(TIMELINE_LIMIT);
+                updated.timeline.drain(..excess);
+                self.store.put_machine(&updated)?;
+                *m = updated;
+            }
+            (before, after)
+        };
+        if before != after {
+            tracing::info!(pool = %self.settings.pool, machine.id = %id, from = %before, to = %after, reason, "machine state changed");
+            self.bump();
+        }
+        Ok((before, after))
+    }
+
+    /// Changes fields of a machine's record (not its state), persisted.
+    pub fn update(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut MachineRecord),
+    ) -> Result<(), MachinesError> {
+        {
+            let mut table = self.lock();
+            let m = table
+                .get_mut(id)
+                .ok_or_else(|| MachinesError::Unknown(id.to_string()))?;
+            let mut updated = m.clone();
+            change(&mut updated);
+            self.store.put_machine(&updated)?;
+            *m = updated;
+        }
+        self.bump();
+        Ok(())
+    }
+
+    /// Adds a new machine record in `state`, persisted.
+    fn insert(&self, record: MachineRecord) -> Result<(), MachinesError> {
+        self.store.put_machine(&record)?;
+        tracing::info!(pool = %self.settings.pool, machine.id = %record.id, state = %record.state, "machine recorded");
+        self.lock().insert(record.id.clone(), record);
+        self.bump();
+        Ok(())
+    }
+
+    /// A new machine record. Ids are unique per store, so also across restarts.
+    fn new_record(&self, state: MachineState) -> Result<MachineRecord, MachinesError> {
+        let n = self.store.next_id()?;
+        let now = self.clock.now();
+        Ok(MachineRecord {
+            id: format!("{}-{n}", self.settings.pool),
+            pool: self.settings.pool.clone(),
+            state,
+            since: now,
+            created_at: now,
+            provider_id: None,
+            endpoint: None,
+            host_key: None,
+            sidecar: None,
+            use_count: 0,
+            reason: None,
+            destroy_attempts: 0,
+            next_attempt: 0,
+            timeline: vec![TimelineEntry {
+                at: now,
+                state,
+                reason: None,
+            }],
+        })
+    }
+
+    /// Forgets machines gone for longer than the retention.
+    pub fn collect_gone(&self) -> Result<usize, MachinesError> {
+        let now = self.clock.now();
+        let old: Vec<String> = self
+            .lock()
+            .values()
+            .filter(|m| m.state.is_gone() && now.saturating_sub(m.since) >= GONE_RETENTION_MS)
+            .map(|m| m.id.clone())
+            .collect();
+        for id in &old {
+            self.store.remove_machine(id)?;
+            self.lock().remove(id);
+        }
+        Ok(old.len())
+    }
+
+    pub fn count(&self, state: MachineState) -> usize {
+        self.lock().values().filter(|m| m.state == state).count()
+    }
+
+    fn set_batch(&self, n: u32) {
+        self.batch.store(n.max(1), Ordering::Relaxed);
+    }
+
+    fn batch(&self) -> usize {
+        self.batch.load(Ordering::Relaxed) as usize
+    }
+}
