@@ -79,11 +79,7 @@ fn ensure_system_packages() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    let (program, prefix): (&str, Vec<&str>) = if root {
+    let (program, prefix): (&str, Vec<&str>) = if is_root() {
         ("apt-get", vec![])
     } else {
         ("sudo", vec!["apt-get"])
@@ -97,8 +93,37 @@ fn ensure_system_packages() -> Result<()> {
     run(program, &install).context("installing system packages (needs root or sudo)")
 }
 
+/// The ordinary user the provisioner tests run as when the suite runs as root.
+const TEST_USER: &str = "autoscaler-test";
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// As root, makes sure the unprivileged test user exists (the provisioners must work for both).
+fn ensure_test_user() -> Result<()> {
+    if !is_root() {
+        return Ok(());
+    }
+    let exists = Command::new("id")
+        .arg(TEST_USER)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if exists {
+        return Ok(());
+    }
+    run(
+        "useradd",
+        &["--create-home", "--shell", "/bin/bash", TEST_USER],
+    )
+}
+
 fn test(extra: &[String]) -> Result<()> {
     ensure_system_packages()?;
+    ensure_test_user()?;
     run("cargo", &["fmt", "--all", "--", "--check"])?;
     run(
         "cargo",
