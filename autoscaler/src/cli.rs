@@ -208,7 +208,8 @@ fn exit_code(e: &ServiceError) -> u8 {
         ServiceError::Store(_) => exit::STORE_DATA,
         ServiceError::TokenRejected { .. } => exit::TOKEN_REJECTED,
         ServiceError::Bind { .. } => exit::UNAVAILABLE,
-        ServiceError::Upstream(_) | ServiceError::Serve(_) => 1,
+        ServiceError::PoolSetup { .. } => exit::CONFIG,
+        ServiceError::Upstream(_) | ServiceError::Serve(_) | ServiceError::Machines(_) => 1,
     }
 }
 

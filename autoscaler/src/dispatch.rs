@@ -20,12 +20,20 @@ use crate::core::job::{JobEvent, JobPhase};
 use crate::core::{JobId, SidecarId};
 use crate::jobs::Jobs;
 
+/// Decides whether a sidecar may be given a job now (a machine that is draining, used up or
+/// full may not), and learns of each hand-out.
+pub trait SlotGate: Send + Sync + std::fmt::Debug {
+    fn may_take(&self, sidecar: SidecarId) -> bool;
+    fn taken(&self, sidecar: SidecarId, job: JobId);
+}
+
 #[derive(Debug)]
 pub struct PoolQueue {
     pool: String,
     jobs: Arc<Jobs>,
     state: Mutex<QueueState>,
     changed: watch::Sender<u64>,
+    gate: std::sync::OnceLock<Arc<dyn SlotGate>>,
 }
 
 #[derive(Debug)]
@@ -60,7 +68,23 @@ impl PoolQueue {
                 handing_out: true,
             }),
             changed: watch::Sender::new(0),
+            gate: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Installs the pool's slot gate (pools with machines). Set once.
+    pub fn set_gate(&self, gate: Arc<dyn SlotGate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    fn may_take(&self, sidecar: SidecarId) -> bool {
+        self.gate.get().is_none_or(|g| g.may_take(sidecar))
+    }
+
+    fn taken(&self, sidecar: SidecarId, job: JobId) {
+        if let Some(g) = self.gate.get() {
+            g.taken(sidecar, job);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
@@ -96,7 +120,8 @@ impl PoolQueue {
         let mut s = self.lock();
         if s.handing_out {
             while let Some(w) = s.waiters.pop_front() {
-                if w.tx.is_closed() {
+                // A waiter whose machine stopped taking jobs meanwhile is answered "no job".
+                if w.tx.is_closed() || !self.may_take(w.sidecar) {
                     continue;
                 }
                 if let Err(e) = self
@@ -114,6 +139,7 @@ impl PoolQueue {
                         if let Some(r) = request_id {
                             s.replays.insert(r, (sidecar, job));
                         }
+                        self.taken(sidecar, job);
                         tracing::debug!(job.id = %job, sidecar.id = %sidecar, pool = %self.pool, "job handed out");
                         drop(s);
                         self.notify();
@@ -138,6 +164,11 @@ impl PoolQueue {
         request_id: Option<String>,
         timeout: Duration,
     ) -> Option<JobId> {
+        if !self.may_take(sidecar) {
+            // Held like any request without a job, so that the sidecar does not spin.
+            tokio::time::sleep(timeout).await;
+            return None;
+        }
         let (tx, rx) = oneshot::channel();
         let waiter_id = {
             let mut s = self.lock();
@@ -154,6 +185,7 @@ impl PoolQueue {
                         s.replays.insert(r, (sidecar, job));
                     }
                     drop(s);
+                    self.taken(sidecar, job);
                     self.notify();
                     return Some(job);
                 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::UpstreamConfig;
+use crate::config::{self, UpstreamConfig};
 use crate::core::JobId;
 use crate::core::backoff::Backoff;
 use crate::jobs::{Accepted, Jobs, Reissue};
@@ -70,13 +70,13 @@ impl Intake {
         let span = tracing::info_span!("intake", pool = %self.pool.name());
         async move {
             let mut changes = self.pool.queue.subscribe();
+            let mut jobs_changed = self.jobs.subscribe();
             let mut in_flight: JoinSet<Round> = JoinSet::new();
             let mut not_before = Instant::now();
             let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
             let mut failing = false;
             loop {
-                let limit = self.pool.config.request_concurrency as usize;
-                let want = self.pool.queue.demand().min(limit);
+                let want = self.want();
                 while !stop.is_cancelled() && in_flight.len() < want && Instant::now() >= not_before {
                     let this = self.clone();
                     in_flight.spawn(async move { this.one_request().await }.in_current_span());
@@ -96,6 +96,7 @@ impl Intake {
                         not_before = not_before.max(Instant::now() + pause);
                     }
                     _ = changes.changed() => {}
+                    _ = jobs_changed.changed() => {}
                     () = tokio::time::sleep_until(not_before), if backing_off => {}
                 }
             }
@@ -153,11 +154,38 @@ impl Intake {
         }
     }
 
+    /// How many job requests should be in flight now.
+    fn want(&self) -> usize {
+        let limit = self.pool.config.request_concurrency as usize;
+        let wanted = match self.pool.config.intake() {
+            config::Intake::Preemptive => self.pool.queue.demand(),
+            config::Intake::OnDemand => {
+                // As many jobs as the pool could run at once; machines are made for them.
+                let s = &self.pool.config.scaling;
+                let capacity = s.max_machines as usize * s.capacity_per_machine as usize;
+                capacity.saturating_sub(self.jobs.active_in_pool(self.pool.name()))
+            }
+        };
+        wanted.min(limit)
+    }
+
     async fn one_request(&self) -> Round {
-        let info = self
+        let mut info = self
             .sidecars
             .pool_info(self.pool.name())
             .unwrap_or_else(default_info);
+        if self.pool.config.intake() == config::Intake::OnDemand
+            && let Some(features) = info
+                .get_mut("features")
+                .and_then(serde_json::Value::as_object_mut)
+        {
+            // A job taken on demand may wait for a machine longer than GitLab's two-minute
+            // acknowledgement window; the autoscaler holds it durably instead.
+            features.insert(
+                "two_phase_job_commit".into(),
+                serde_json::Value::Bool(false),
+            );
+        }
         let sent_last_update = self.pool.last_update();
         let request = JobRequest {
             token: self.pool.config.upstream_token.clone(),
@@ -247,11 +275,36 @@ impl Intake {
     }
 }
 
-/// The `info` sent before any sidecar has described itself (never with features it cannot back).
+/// The `info` sent before any sidecar of the pool has described itself: what every shell-executor
+/// runner (the built-in sidecar, stock `gitlab-runner`) supports. Replaced by what the pool's
+/// sidecars say as soon as one asks for a job.
 fn default_info() -> serde_json::Value {
+    const SHELL_RUNNER_FEATURES: &[&str] = &[
+        "variables",
+        "artifacts",
+        "shared",
+        "upload_multiple_artifacts",
+        "upload_raw_artifacts",
+        "refspecs",
+        "masking",
+        "raw_variables",
+        "artifacts_exclude",
+        "multi_build_steps",
+        "trace_reset",
+        "trace_checksum",
+        "trace_size",
+        "cancelable",
+        "return_exit_code",
+        "cancel_gracefully",
+    ];
+    let features: serde_json::Map<String, serde_json::Value> = SHELL_RUNNER_FEATURES
+        .iter()
+        .map(|f| ((*f).to_string(), serde_json::Value::Bool(true)))
+        .collect();
     serde_json::json!({
         "name": "gitlab-runner-autoscaler",
         "version": env!("CARGO_PKG_VERSION"),
-        "features": {},
+        "executor": "shell",
+        "features": features,
     })
 }

@@ -1,10 +1,12 @@
 //! The autoscaler service. See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod admin;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod core;
 pub mod dispatch;
+pub mod inject;
 pub mod intake;
 pub mod jobs;
 pub mod machines;
@@ -14,6 +16,7 @@ pub mod provisioner;
 pub mod secret;
 pub mod service;
 pub mod sidecars;
+pub mod ssh;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;

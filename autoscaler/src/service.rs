@@ -16,13 +16,18 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::{self, Admin};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::inject::Injector;
 use crate::intake::Intake;
 use crate::jobs::Jobs;
+use crate::machines::{MachinesSettings, PoolController, PoolMachines};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
+use crate::provisioner::ScriptProvisioner;
 use crate::sidecars::Sidecars;
+use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
 use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
 
@@ -32,6 +37,8 @@ const MAINTENANCE_TICK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
+    #[error(transparent)]
+    Machines(#[from] crate::machines::MachinesError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -45,6 +52,8 @@ pub enum ServiceError {
     },
     #[error("the server failed: {0}")]
     Serve(std::io::Error),
+    #[error("pool {pool:?} cannot start: {detail}")]
+    PoolSetup { pool: String, detail: String },
 }
 
 /// The two signals of the shutdown protocol.
@@ -72,7 +81,7 @@ pub async fn run_with(
     shutdown: Shutdown,
 ) -> Result<(), ServiceError> {
     let jobs = Arc::new(Jobs::load(store.clone(), clock.clone())?);
-    let sidecars = Arc::new(Sidecars::load(store.clone(), clock)?);
+    let sidecars = Arc::new(Sidecars::load(store.clone(), clock.clone())?);
     let pools = config
         .pools
         .iter()
@@ -89,6 +98,8 @@ pub async fn run_with(
     );
     for pool in &pools {
         verify_pool(upstream.as_ref(), pool).await?;
+    }
+    for pool in &pools {
         for id in jobs.queued(pool.name()) {
             pool.queue.offer(id);
         }
@@ -101,7 +112,37 @@ pub async fn run_with(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServiceError::Serve)?;
-    announce(addr);
+    let admin_listener = match &config.admin {
+        Some(a) => {
+            Some(
+                TcpListener::bind(a.listen)
+                    .await
+                    .map_err(|source| ServiceError::Bind {
+                        addr: a.listen,
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    // Sidecars must be given the address actually bound (the configured port may be 0).
+    let public_url = config.server.public_url.clone().map_or_else(
+        || format!("http://{addr}"),
+        |u| u.as_str().trim_end_matches('/').to_string(),
+    );
+    let controllers = machine_controllers(
+        &config,
+        &public_url,
+        &pools,
+        &jobs,
+        &sidecars,
+        &store,
+        &clock,
+    )?;
+    announce(
+        addr,
+        admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
+    );
 
     let tasks = TaskTracker::new();
     let stop_intake = CancellationToken::new();
@@ -121,15 +162,41 @@ pub async fn run_with(
         jobs.clone(),
         stop_maintenance.clone(),
     ));
+    let stop_controllers = CancellationToken::new();
+    for controller in &controllers {
+        tasks.spawn(controller.clone().run(stop_controllers.clone()));
+    }
 
-    let app = Arc::new(App::new(
-        pools.clone(),
-        jobs.clone(),
-        sidecars,
-        upstream,
-        Limits::from_config(&config),
-    ));
+    let machines = controllers
+        .iter()
+        .map(|c| (c.machines.pool().to_string(), c.machines.clone()))
+        .collect();
+    let app = Arc::new(
+        App::new(
+            pools.clone(),
+            jobs.clone(),
+            sidecars,
+            upstream,
+            Limits::from_config(&config),
+        )
+        .with_machines(machines),
+    );
     let stop_server = CancellationToken::new();
+    if let Some(listener) = admin_listener {
+        let admin = Arc::new(Admin {
+            pools: pools.clone(),
+            machines: app.machines.clone(),
+            jobs: jobs.clone(),
+        });
+        let stop = stop_server.clone();
+        tasks.spawn(async move {
+            let serve = axum::serve(listener, admin::router(admin))
+                .with_graceful_shutdown(async move { stop.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "admin API failed");
+            }
+        });
+    }
     let mut server = {
         let stop = stop_server.clone();
         tokio::spawn(async move {
@@ -146,6 +213,7 @@ pub async fn run_with(
     if let Some(result) = server_ended_early {
         stop_intake.cancel();
         stop_maintenance.cancel();
+        stop_controllers.cancel();
         store.durable().await?;
         return match result {
             Ok(Ok(())) => Ok(()),
@@ -161,6 +229,8 @@ pub async fn run_with(
     drain(&jobs, config.server.shutdown_grace, &shutdown.immediate).await;
     stop_server.cancel();
     stop_maintenance.cancel();
+    // Machines are kept: their sidecars reach the next start of the autoscaler.
+    stop_controllers.cancel();
     tasks.close();
     tokio::select! {
         () = async { tasks.wait().await; let _ = (&mut server).await; } => {}
@@ -172,6 +242,77 @@ pub async fn run_with(
         "stopped; state is on disk"
     );
     Ok(())
+}
+
+/// The machine controller of every pool with a provisioner, installed as its pool's slot gate.
+fn machine_controllers(
+    config: &Config,
+    public_url: &str,
+    pools: &[Arc<Pool>],
+    jobs: &Arc<Jobs>,
+    sidecars: &Arc<Sidecars>,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Vec<Arc<PoolController>>, ServiceError> {
+    let scaled: Vec<&Arc<Pool>> = pools
+        .iter()
+        .filter(|p| p.config.provisioner.is_some())
+        .collect();
+    if scaled.is_empty() {
+        return Ok(Vec::new());
+    }
+    let setup = |pool: &str, detail: String| ServiceError::PoolSetup {
+        pool: pool.to_string(),
+        detail,
+    };
+    let key = ClientKey::load_or_generate(config.ssh.key_file.as_deref(), &config.state.dir)
+        .map_err(|e| setup(scaled[0].name(), e.to_string()))?;
+    let mut controllers = Vec::new();
+    for pool in scaled {
+        let (Some(p), Some(sidecar)) = (&pool.config.provisioner, &pool.config.sidecar) else {
+            continue;
+        };
+        let provisioner = Arc::new(ScriptProvisioner::new(
+            p.command.clone(),
+            pool.name(),
+            &config.server.instance_id,
+            p.env.clone(),
+            p.timeouts.clone(),
+            p.max_concurrency,
+        ));
+        let settings = MachinesSettings {
+            pool: pool.name().to_string(),
+            autoscaler_id: config.server.instance_id.clone(),
+            ssh_public_key: key.public_openssh().to_string(),
+            user_data: p.user_data.clone(),
+            boot_timeout: p.boot_timeout,
+            ready_timeout: sidecar.ready_timeout,
+            orphans: p.orphan_policy,
+            create_rate: p.create_rate,
+            create_burst: p.create_burst,
+        };
+        let machines = PoolMachines::load(settings, provisioner, store.clone(), clock.clone())?;
+        let injector = Injector::new(
+            key.clone(),
+            sidecar.clone(),
+            public_url.to_string(),
+            pool.config.scaling.capacity_per_machine,
+        )
+        .map_err(|e| setup(pool.name(), e.to_string()))?;
+        let controller = PoolController::new(
+            machines,
+            injector,
+            sidecars.clone(),
+            jobs.clone(),
+            pool.config.scaling.clone(),
+            p.reconcile_interval,
+            sidecar.ready_timeout,
+        );
+        pool.queue.set_gate(controller.clone());
+        tracing::info!(pool = %pool.name(), provisioner = %p.command.display(), machines = controller.machines.live().len(), "pool scales with its provisioner");
+        controllers.push(controller);
+    }
+    Ok(controllers)
 }
 
 async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), ServiceError> {
@@ -198,13 +339,16 @@ async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), Service
     }
 }
 
-/// The one line a supervising process or test reads to learn the bound address.
+/// The lines a supervising process or test reads to learn the bound addresses.
 #[allow(clippy::print_stdout)]
-fn announce(addr: std::net::SocketAddr) {
+fn announce(addr: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) {
     use std::io::Write;
     println!("listening on http://{addr}");
+    if let Some(admin) = admin {
+        println!("admin listening on http://{admin}");
+    }
     let _ = std::io::stdout().flush();
-    tracing::info!(%addr, "mirrored runner API listening");
+    tracing::info!(%addr, admin = ?admin, "mirrored runner API listening");
 }
 
 /// Waits until no job is with a sidecar, `grace` has passed, or `immediate` fires.

@@ -95,6 +95,7 @@ impl Sidecars {
         &self,
         pool: &str,
         description: Option<String>,
+        machine: Option<String>,
     ) -> Result<(Arc<Sidecar>, Secret), StoreError> {
         let token = mint_token();
         let record = SidecarRecord {
@@ -103,7 +104,7 @@ impl Sidecars {
             token_digest: token.digest(),
             description,
             created_at: self.clock.now(),
-            machine: None,
+            machine,
         };
         self.store.put_sidecar(&record)?;
         self.store.durable().await?;
@@ -125,6 +126,18 @@ impl Sidecars {
         self.write().remove(&sidecar.record.token_digest);
         self.store.remove_sidecar(sidecar.id())?;
         self.store.durable().await
+    }
+
+    /// Revokes the sidecar with this id, if it is still registered.
+    pub async fn revoke_id(&self, id: SidecarId) -> Result<bool, StoreError> {
+        let found = self.read().values().find(|s| s.id() == id).cloned();
+        match found {
+            Some(s) => {
+                self.revoke(&s).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Replaces a sidecar's token (`POST /runners/reset_authentication_token`).
@@ -165,7 +178,29 @@ impl Sidecars {
 
     /// The `info` block the pool presents to GitLab: that of the sidecar that asked most
     /// recently, with `features` narrowed to what every live sidecar of the pool supports.
+    /// The pool's `info`, from its live sidecars; else the last one computed (kept in the store,
+    /// so that a pool whose machines are all gone still advertises what they support).
     pub fn pool_info(&self, pool: &str) -> Option<Value> {
+        let key = format!("pool/{pool}/info");
+        match self.live_pool_info(pool) {
+            Some(info) => {
+                if let Ok(bytes) = serde_json::to_vec(&info)
+                    && self.store.meta(&key).ok().flatten().as_deref() != Some(bytes.as_slice())
+                {
+                    let _ = self.store.put_meta(&key, &bytes);
+                }
+                Some(info)
+            }
+            None => self
+                .store
+                .meta(&key)
+                .ok()
+                .flatten()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok()),
+        }
+    }
+
+    fn live_pool_info(&self, pool: &str) -> Option<Value> {
         let now = self.clock.now();
         let live: Vec<Seen> = self
             .read()
@@ -242,7 +277,7 @@ mod tests {
     #[tokio::test]
     async fn tokens_authenticate_until_revoked_and_are_glrt_shaped() {
         let (reg, _) = registry();
-        let (s, token) = reg.register("default", None).await.unwrap();
+        let (s, token) = reg.register("default", None, None).await.unwrap();
         assert!(token.expose().starts_with("glrt-"));
         assert_eq!(reg.authenticate(token.expose()).unwrap().id(), s.id());
         assert!(reg.authenticate("glrt-wrong").is_none());
@@ -253,7 +288,7 @@ mod tests {
     #[tokio::test]
     async fn rotation_replaces_the_token() {
         let (reg, _) = registry();
-        let (s, old) = reg.register("default", None).await.unwrap();
+        let (s, old) = reg.register("default", None, None).await.unwrap();
         let new = reg.rotate(&s).await.unwrap();
         assert!(reg.authenticate(old.expose()).is_none());
         assert_eq!(reg.authenticate(new.expose()).unwrap().id(), s.id());
@@ -262,9 +297,9 @@ mod tests {
     #[tokio::test]
     async fn pool_info_narrows_features_to_live_sidecars() {
         let (reg, clock) = registry();
-        let (a, _) = reg.register("p", None).await.unwrap();
-        let (b, _) = reg.register("p", None).await.unwrap();
-        let (other, _) = reg.register("q", None).await.unwrap();
+        let (a, _) = reg.register("p", None, None).await.unwrap();
+        let (b, _) = reg.register("p", None, None).await.unwrap();
+        let (other, _) = reg.register("q", None, None).await.unwrap();
         assert!(reg.pool_info("p").is_none());
         reg.note_poll(
             &a,

@@ -31,7 +31,23 @@ pub struct Config {
     pub state: StateConfig,
     pub upstream: UpstreamConfig,
     pub log: LogConfig,
+    pub ssh: SshConfig,
+    pub admin: Option<AdminConfig>,
     pub pools: Vec<PoolConfig>,
+}
+
+/// How the autoscaler logs into machines.
+#[derive(Debug, Clone, Default)]
+pub struct SshConfig {
+    /// A private key file (mode 600). Without it, a key pair is generated once into the state
+    /// directory and handed to provisioners.
+    pub key_file: Option<PathBuf>,
+}
+
+/// The admin API (machines, pools, jobs, metrics), on its own listener.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
 }
 
 /// The mirrored runner API that sidecars talk to.
@@ -50,6 +66,9 @@ pub struct ServerConfig {
     /// How long a graceful shutdown keeps relaying for jobs that are with sidecars. Jobs still
     /// running after it keep running: their sidecars reach the next autoscaler start.
     pub shutdown_grace: Duration,
+    /// This autoscaler's name in the labels of the machines it creates. Two autoscalers sharing
+    /// an infrastructure account must have different ones.
+    pub instance_id: String,
 }
 
 #[derive(Debug, Clone)]
@@ -148,14 +167,6 @@ impl Config {
             _ => Err(fail(problems)),
         }
     }
-
-    /// The URL handed to sidecars.
-    pub fn public_url(&self) -> url::Url {
-        self.server.public_url.clone().unwrap_or_else(|| {
-            url::Url::parse(&format!("http://{}", self.server.listen))
-                .expect("a socket address always forms a valid URL")
-        })
-    }
 }
 
 fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
@@ -164,6 +175,18 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
     let state = read_state(root.table("state"), base_dir, &root);
     let upstream = read_upstream(root.table("upstream"), &root);
     let log = read_log(root.table("log"));
+    let ssh = root.table("ssh").map(|t| {
+        let key_file = t
+            .optional::<PathBuf>("key_file")
+            .map(|p| resolve(base_dir, p));
+        t.finish();
+        SshConfig { key_file }
+    });
+    let admin = root.table("admin").and_then(|t| {
+        let listen: Option<SocketAddr> = t.required("listen");
+        t.finish();
+        Some(AdminConfig { listen: listen? })
+    });
     let pools: Vec<_> = root
         .tables("pools")
         .into_iter()
@@ -179,6 +202,8 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
         state: state?,
         upstream: upstream?,
         log,
+        ssh: ssh.unwrap_or_default(),
+        admin,
         pools: pools.into_iter().collect::<Option<Vec<_>>>()?,
     })
 }
@@ -212,6 +237,17 @@ fn read_server(s: Option<Section<'_>>, problems: &Problems) -> Option<ServerConf
     let shutdown_grace = s
         .parsed("shutdown_grace", values::duration)
         .unwrap_or(Duration::from_secs(60));
+    let instance_id: String = s
+        .optional("instance_id")
+        .unwrap_or_else(default_instance_id);
+    if instance_id.is_empty()
+        || instance_id.len() > 63
+        || !instance_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+    {
+        s.problem("instance_id", "must be 1-63 of A-Z a-z 0-9 - _ .");
+    }
     s.finish();
     Some(ServerConfig {
         listen,
@@ -220,7 +256,33 @@ fn read_server(s: Option<Section<'_>>, problems: &Problems) -> Option<ServerConf
         max_trace_patch_bytes,
         max_update_bytes,
         shutdown_grace,
+        instance_id,
     })
+}
+
+/// The host name, which survives the loss of the state directory (so that the machines of a
+/// rebuilt autoscaler are still recognised as its own).
+fn default_instance_id() -> String {
+    let name = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    if clean.is_empty() {
+        "autoscaler".into()
+    } else {
+        clean
+    }
 }
 
 fn read_state(s: Option<Section<'_>>, base_dir: &Path, root: &Section<'_>) -> Option<StateConfig> {

@@ -38,7 +38,10 @@ fn the_documented_example_loads_with_defaults() {
     assert_eq!(c.pools.len(), 1);
     assert_eq!(c.pools[0].upstream_token.expose(), "glrt-upstream");
     assert_eq!(c.pools[0].request_concurrency, 4);
-    assert_eq!(c.public_url().as_str(), "http://127.0.0.1:8090/");
+    assert_eq!(
+        c.server.public_url.as_ref().map(url::Url::as_str),
+        Some("http://127.0.0.1:8090/")
+    );
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! A pool's machines: their records (persisted on every transition, logged with old and new
 //! state) and the calls that move them through their lifecycle (`lifecycle.rs`).
 
+mod controller;
 mod lifecycle;
+
+pub use controller::PoolController;
 
 #[cfg(test)]
 mod tests;
@@ -130,6 +133,11 @@ impl PoolMachines {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// A number that grows with every change of any machine of the pool.
+    pub fn version(&self) -> u64 {
+        *self.changed.borrow()
+    }
+
     /// Every machine, gone ones included until they are collected.
     pub fn snapshot(&self) -> Vec<MachineRecord> {
         self.lock().values().cloned().collect()
@@ -192,7 +200,12 @@ impl PoolMachines {
                 let mut updated = m.clone();
                 updated.state = after;
                 updated.since = now;
-                if !reason.is_empty() {
+                // `reason` says why the machine left service; later notes go to the timeline.
+                let leaving = matches!(
+                    after,
+                    MachineState::Draining | MachineState::Destroying | MachineState::Failed
+                );
+                if !reason.is_empty() && (leaving || updated.reason.is_none()) {
                     updated.reason = Some(reason.to_string());
                 }
                 updated.timeline.push(TimelineEntry {
@@ -283,6 +296,20 @@ impl PoolMachines {
             self.lock().remove(id);
         }
         Ok(old.len())
+    }
+
+    /// The machine's sidecar asked for a job: if it was waiting for that, it is ready now.
+    pub fn sidecar_polled(&self, id: &str) {
+        if let Some(m) = self.get(id)
+            && m.state == MachineState::Injecting
+            && let Err(e) = self.apply(
+                id,
+                MachineEvent::SidecarPolled,
+                "its sidecar asked for a job",
+            )
+        {
+            tracing::warn!(pool = %self.settings.pool, machine.id = %id, error = %e, "cannot mark the machine ready");
+        }
     }
 
     pub fn count(&self, state: MachineState) -> usize {

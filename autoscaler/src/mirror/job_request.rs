@@ -46,6 +46,11 @@ pub async fn request_job(
     span.record("pool", sidecar.pool());
     app.sidecars
         .note_poll(&sidecar, request.info, request.system_id);
+    if let (Some(machine), Some(machines)) =
+        (&sidecar.record.machine, app.machines.get(sidecar.pool()))
+    {
+        machines.sidecar_polled(machine);
+    }
 
     let pool = app.pool(sidecar.pool())?;
     let request_id = body::request_id(&headers);

@@ -23,6 +23,7 @@ pub use error::ApiError;
 
 use crate::config::Config;
 use crate::jobs::Jobs;
+use crate::machines::PoolMachines;
 use crate::pools::Pool;
 use crate::secret::TokenDigest;
 use crate::sidecars::Sidecars;
@@ -36,6 +37,8 @@ pub struct App {
     pub sidecars: Arc<Sidecars>,
     pub upstream: Arc<dyn Upstream>,
     pub limits: Limits,
+    /// The machines of each pool that has a provisioner.
+    pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
     registration: HashMap<TokenDigest, String>,
 }
@@ -88,8 +91,15 @@ impl App {
             sidecars,
             upstream,
             limits,
+            machines: HashMap::new(),
             registration,
         }
+    }
+
+    /// Adds the machine service of a pool (pools with a provisioner).
+    pub fn with_machines(mut self, machines: HashMap<String, Arc<PoolMachines>>) -> Self {
+        self.machines = machines;
+        self
     }
 
     fn pool(&self, name: &str) -> Result<&Arc<Pool>, ApiError> {

@@ -74,7 +74,7 @@ pub async fn register(
     let description = parsed.description.map(|d| d.chars().take(255).collect());
     let (sidecar, token) = app
         .sidecars
-        .register(&pool, description)
+        .register(&pool, description, None)
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     tracing::info!(sidecar.id = %sidecar.id(), pool = %pool, "sidecar registered");

@@ -4,6 +4,42 @@
 pub mod process;
 pub mod stack;
 
+/// Destroys, when dropped, every local sandbox machine left under a root directory, through the
+/// local provisioner itself: a test that fails half-way must not leave `sshd` processes behind.
+#[derive(Debug)]
+pub struct LocalMachinesGuard {
+    pub root: std::path::PathBuf,
+}
+
+impl Drop for LocalMachinesGuard {
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        let provisioner = stack::repo_root().join("provisioners/local/provisioner");
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            if id.starts_with('.') {
+                continue;
+            }
+            let request = format!(r#"{{"protocol":1,"pool":"cleanup","id":"{id}"}}"#);
+            let _ = std::process::Command::new(&provisioner)
+                .args(["destroy", &id])
+                .env("LOCAL_ROOT", &self.root)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .and_then(|mut child| {
+                    if let Some(mut stdin) = child.stdin.take() {
+                        std::io::Write::write_all(&mut stdin, request.as_bytes())?;
+                    }
+                    child.wait()
+                });
+        }
+    }
+}
+
 use std::collections::BTreeMap;
 use std::io::Read;
 

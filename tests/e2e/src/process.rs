@@ -61,7 +61,18 @@ impl Proc {
     }
 
     /// Starts a server that prints `listening on http://ADDR` once bound, and returns its URL.
-    pub async fn spawn_listening(name: &str, mut command: Command) -> Result<(Self, String)> {
+    pub async fn spawn_listening(name: &str, command: Command) -> Result<(Self, String)> {
+        let (proc, mut urls) = Self::spawn_announcing(name, command, 1).await?;
+        Ok((proc, urls.remove(0)))
+    }
+
+    /// Starts a server that prints `lines` lines `... listening on http://ADDR` once bound (the
+    /// autoscaler with an admin API prints two), and returns the URLs in order.
+    pub async fn spawn_announcing(
+        name: &str,
+        mut command: Command,
+        lines: usize,
+    ) -> Result<(Self, Vec<String>)> {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -71,22 +82,26 @@ impl Proc {
             .spawn()
             .with_context(|| format!("cannot start {name}"))?;
         let stdout = child.stdout.take().context("no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .with_context(|| format!("{name} did not report its address within 60 s"))?
-            .with_context(|| format!("reading {name}'s stdout"))?;
-        let Some(url) = first
-            .as_deref()
-            .and_then(|l| l.strip_prefix("listening on "))
-        else {
-            let status = child.try_wait().ok().flatten();
-            bail!("{name} did not start (first line {first:?}, exit status {status:?})");
-        };
-        let url = url.trim().to_string();
+        let mut reader = BufReader::new(stdout).lines();
+        let mut urls = Vec::new();
+        while urls.len() < lines {
+            let line = tokio::time::timeout(Duration::from_secs(60), reader.next_line())
+                .await
+                .with_context(|| format!("{name} did not report its address within 60 s"))?
+                .with_context(|| format!("reading {name}'s stdout"))?;
+            let Some(url) = line
+                .as_deref()
+                .and_then(|l| l.split_once("listening on "))
+                .map(|(_, u)| u)
+            else {
+                let status = child.try_wait().ok().flatten();
+                bail!("{name} did not start (line {line:?}, exit status {status:?})");
+            };
+            urls.push(url.trim().to_string());
+        }
         let name_owned = name.to_string();
         tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
+            while let Ok(Some(line)) = reader.next_line().await {
                 eprintln!("[{name_owned}] {line}");
             }
         });
@@ -95,7 +110,7 @@ impl Proc {
                 name: name.to_string(),
                 child,
             },
-            url,
+            urls,
         ))
     }
 

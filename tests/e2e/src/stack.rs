@@ -1,5 +1,5 @@
 //! The pieces of a running system, each a real process on a loopback port: the fake GitLab, the
-//! autoscaler, and sidecars (the built-in one, or any other runner binary).
+//! autoscaler (with its admin API), and sidecars (the built-in one, or any other runner binary).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,6 +9,11 @@ use fake_gitlab::control::Client;
 use tokio::process::Command;
 
 use crate::process::{Proc, binary};
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// The fake GitLab, as a process.
 #[derive(Debug)]
@@ -42,17 +47,47 @@ pub struct PoolSpec {
     pub upstream_token: String,
     pub registration_token: String,
     pub request_concurrency: u32,
+    /// TOML appended after the pool's keys: its `[pools.provisioner]`, `[pools.scaling]` and
+    /// `[pools.sidecar]` tables, for a pool with machines.
+    pub tail: String,
 }
 
 impl PoolSpec {
-    /// A pool with tokens derived from its name.
+    /// A static pool (sidecars register themselves), with tokens derived from its name.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_string(),
             upstream_token: format!("glrt-upstream-{name}-{:08x}", rand_u32()),
             registration_token: format!("reg-{name}-{:08x}", rand_u32()),
             request_concurrency: 4,
+            tail: String::new(),
         }
+    }
+
+    /// A pool whose machines are local sandboxes under `machines_root`, made by
+    /// `provisioners/local/provisioner`, with the given `[pools.scaling]` and `[pools.sidecar]`
+    /// keys (TOML lines).
+    pub fn local(name: &str, machines_root: &Path, scaling: &str, sidecar: &str) -> Self {
+        let provisioner = repo_root().join("provisioners/local/provisioner");
+        Self::with_provisioner(name, &provisioner, machines_root, scaling, sidecar)
+    }
+
+    /// Like [`PoolSpec::local`] with another provisioner executable.
+    pub fn with_provisioner(
+        name: &str,
+        provisioner: &Path,
+        machines_root: &Path,
+        scaling: &str,
+        sidecar: &str,
+    ) -> Self {
+        let mut pool = Self::new(name);
+        pool.tail = format!(
+            "[pools.provisioner]\ncommand = \"{}\"\nenv = {{ LOCAL_ROOT = \"{}\" }}\nreconcile_interval = \"1s\"\n\n\
+             [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
+            provisioner.display(),
+            machines_root.display(),
+        );
+        pool
     }
 }
 
@@ -69,13 +104,15 @@ fn rand_u32() -> u32 {
 pub struct Autoscaler {
     pub proc: Proc,
     pub url: String,
+    /// The admin API (machines, pools).
+    pub admin_url: String,
     pub dir: PathBuf,
     config_path: PathBuf,
 }
 
 impl Autoscaler {
     /// Writes a configuration for `pools` talking to `gitlab_url` into `dir` and starts
-    /// `autoscaler run` on a free port. `extra` is appended to the `[server]` table.
+    /// `autoscaler run` on free ports. `server_extra` is appended to the `[server]` table.
     pub async fn start(
         dir: &Path,
         gitlab_url: &str,
@@ -86,29 +123,37 @@ impl Autoscaler {
         let config_path = dir.join("autoscaler.toml");
         std::fs::write(
             &config_path,
-            config_toml("127.0.0.1:0", gitlab_url, pools, server_extra),
+            config_toml(
+                "127.0.0.1:0",
+                "127.0.0.1:0",
+                gitlab_url,
+                pools,
+                server_extra,
+            ),
         )?;
-        let (proc, url) = spawn_autoscaler(&config_path).await?;
-        // Later restarts keep the port, as a real deployment does: sidecars know this URL.
-        let listen = url.trim_start_matches("http://").to_string();
+        let (proc, url, admin_url) = spawn_autoscaler(&config_path).await?;
+        // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
+        let listen = url.trim_start_matches("http://");
+        let admin = admin_url.trim_start_matches("http://");
         std::fs::write(
             &config_path,
-            config_toml(&listen, gitlab_url, pools, server_extra),
+            config_toml(listen, admin, gitlab_url, pools, server_extra),
         )?;
         Ok(Self {
             proc,
             url,
+            admin_url,
             dir: dir.to_path_buf(),
             config_path,
         })
     }
 
-    /// Starts the autoscaler again on the same configuration, state and port.
+    /// Starts the autoscaler again on the same configuration, state and ports.
     pub async fn restart(&mut self) -> Result<()> {
         if self.proc.try_status().is_none() {
             bail!("the autoscaler is still running");
         }
-        let (proc, url) = spawn_autoscaler(&self.config_path).await?;
+        let (proc, url, _) = spawn_autoscaler(&self.config_path).await?;
         if url != self.url {
             bail!("restarted on {url}, expected {}", self.url);
         }
@@ -119,26 +164,90 @@ impl Autoscaler {
     pub fn config_path(&self) -> &Path {
         &self.config_path
     }
+
+    /// The machines the autoscaler knows (all pools), from its admin API.
+    pub async fn machines(&self) -> Result<Vec<autoscaler::store::MachineRecord>> {
+        Ok(reqwest::get(format!("{}/machines", self.admin_url))
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Waits until `done` holds for the machines (all pools), awaiting each change through the
+    /// admin API's long poll; fails with the last list after `within`.
+    pub async fn wait_machines(
+        &self,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&[autoscaler::store::MachineRecord]) -> bool,
+    ) -> Result<Vec<autoscaler::store::MachineRecord>> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut after: Option<u64> = None;
+        loop {
+            let url = match after {
+                None => format!("{}/machines", self.admin_url),
+                Some(v) => format!("{}/machines?after={v}&timeout_ms=5000", self.admin_url),
+            };
+            let response = reqwest::get(url).await?.error_for_status()?;
+            let version = response
+                .headers()
+                .get("x-version")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let list: Vec<autoscaler::store::MachineRecord> = response.json().await?;
+            if done(&list) {
+                return Ok(list);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let summary: Vec<String> = list
+                    .iter()
+                    .map(|m| format!("{} {} {:?}", m.id, m.state, m.reason))
+                    .collect();
+                bail!("{what}: not reached within {within:?}; machines: {summary:?}");
+            }
+            after = Some(version);
+        }
+    }
+
+    /// The pools' status, from the admin API.
+    pub async fn pools(&self) -> Result<Vec<autoscaler::admin::PoolStatus>> {
+        Ok(reqwest::get(format!("{}/pools", self.admin_url))
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
 }
 
-async fn spawn_autoscaler(config_path: &Path) -> Result<(Proc, String)> {
+async fn spawn_autoscaler(config_path: &Path) -> Result<(Proc, String, String)> {
     let mut command = Command::new(binary("autoscaler")?);
     command.arg("run").arg("--config").arg(config_path);
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "autoscaler=info,warn");
     }
-    Proc::spawn_listening("autoscaler", command).await
+    let (proc, mut urls) = Proc::spawn_announcing("autoscaler", command, 2).await?;
+    let admin = urls.remove(1);
+    let api = urls.remove(0);
+    Ok((proc, api, admin))
 }
 
-fn config_toml(listen: &str, gitlab_url: &str, pools: &[PoolSpec], server_extra: &str) -> String {
+fn config_toml(
+    listen: &str,
+    admin: &str,
+    gitlab_url: &str,
+    pools: &[PoolSpec],
+    server_extra: &str,
+) -> String {
     let mut toml = format!(
-        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[state]\ndir = \"state\"\n\n\
-         [upstream]\nurl = \"{gitlab_url}\"\n\n"
+        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n\n\
+         [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n\n"
     );
     for p in pools {
         toml.push_str(&format!(
-            "[[pools]]\nname = \"{}\"\nupstream_token = \"{}\"\nregistration_token = \"{}\"\nrequest_concurrency = {}\n\n",
-            p.name, p.upstream_token, p.registration_token, p.request_concurrency
+            "[[pools]]\nname = \"{}\"\nupstream_token = \"{}\"\nregistration_token = \"{}\"\nrequest_concurrency = {}\n{}\n\n",
+            p.name, p.upstream_token, p.registration_token, p.request_concurrency, p.tail
         ));
     }
     toml

@@ -1,0 +1,325 @@
+//! Putting a sidecar on a machine over SSH: connect (retrying while it boots, host key checked),
+//! run the ready command, upload the runner binary when the machine lacks it (checksum
+//! verified), write its token and configuration, start it detached so it outlives the session,
+//! and check it did not die on start.
+
+pub mod recipe;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{SidecarConfig, SidecarMode};
+use crate::secret::Secret;
+use crate::ssh::{ClientKey, Connection, SshError, Target};
+use recipe::Launch;
+
+/// One SSH connection attempt.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// One remote command (uploads get their own, longer limit).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    #[error(transparent)]
+    Ssh(#[from] SshError),
+    #[error("the ready command exited {status:?}: {output}")]
+    ReadyCommand { status: Option<u32>, output: String },
+    #[error("{step} failed on the machine (exit {status:?}): {output}")]
+    Remote {
+        step: &'static str,
+        status: Option<u32>,
+        output: String,
+    },
+    #[error("the uploaded binary's checksum is {got}, expected {expected}")]
+    Corrupted { expected: String, got: String },
+    #[error("the sidecar exited right after it started; its log ends: {log}")]
+    SidecarExited { log: String },
+    #[error("cannot read the local binary {path}: {detail}")]
+    LocalBinary { path: String, detail: String },
+    #[error("the machine has no address to connect to")]
+    NoEndpoint,
+}
+
+/// What an injection learnt about the machine.
+#[derive(Debug, Clone)]
+pub struct Injected {
+    /// The host key the machine presented (to pin when the provider gave none).
+    pub host_key: String,
+    pub pid: String,
+}
+
+/// Puts sidecars of one pool on its machines.
+#[derive(Debug, Clone)]
+pub struct Injector {
+    pub key: ClientKey,
+    pub config: SidecarConfig,
+    pub public_url: String,
+    pub concurrency: u32,
+    /// The local file uploaded as the sidecar binary, and its SHA-256.
+    binary: Option<(PathBuf, String)>,
+}
+
+fn sha256_file(path: &Path) -> Result<String, InjectError> {
+    let bytes = std::fs::read(path).map_err(|e| InjectError::LocalBinary {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+impl Injector {
+    /// `binary`: the local file to upload (for `builtin`, the `sidecar` next to this executable
+    /// when the configuration names none).
+    pub fn new(
+        key: ClientKey,
+        config: SidecarConfig,
+        public_url: String,
+        concurrency: u32,
+    ) -> Result<Self, InjectError> {
+        let local = config.binary.clone().or_else(|| match config.mode {
+            SidecarMode::Builtin => std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.parent()?.join("sidecar"))),
+            _ => None,
+        });
+        let binary = match local {
+            Some(path) => {
+                let sum = sha256_file(&path)?;
+                Some((path, sum))
+            }
+            None => None,
+        };
+        Ok(Self {
+            key,
+            config,
+            public_url,
+            concurrency,
+            binary,
+        })
+    }
+
+    fn remote_binary(&self) -> Option<String> {
+        let (path, _) = self.binary.as_ref()?;
+        let name = path.file_name()?.to_string_lossy().into_owned();
+        Some(format!("{}/bin/{name}", self.config.remote_dir))
+    }
+
+    /// Connects to `target`, retrying refused or timed-out connections (the machine may still
+    /// be booting) until `deadline`. A wrong host key is never retried.
+    pub async fn connect(
+        &self,
+        target: &Target,
+        deadline: Instant,
+    ) -> Result<Connection, InjectError> {
+        let mut wait = Duration::from_millis(250);
+        loop {
+            match Connection::open(target, &self.key, CONNECT_TIMEOUT).await {
+                Ok(c) => return Ok(c),
+                Err(e @ (SshError::HostKeyMismatch { .. } | SshError::Key { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) if Instant::now() + wait >= deadline => return Err(e.into()),
+                Err(e) => {
+                    tracing::debug!(target = %target, error = %e, "machine not reachable yet");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Runs the configured ready command, if any.
+    pub async fn ready(&self, conn: &Connection) -> Result<(), InjectError> {
+        let Some(command) = &self.config.ready_command else {
+            return Ok(());
+        };
+        let out = conn.exec(command, None, COMMAND_TIMEOUT).await?;
+        if out.success() {
+            Ok(())
+        } else {
+            Err(InjectError::ReadyCommand {
+                status: out.status,
+                output: out.complaint(),
+            })
+        }
+    }
+
+    async fn run(
+        &self,
+        conn: &Connection,
+        step: &'static str,
+        command: &str,
+        stdin: Option<&[u8]>,
+    ) -> Result<String, InjectError> {
+        let mut input = stdin.map(std::io::Cursor::new);
+        let reader = input
+            .as_mut()
+            .map(|c| c as &mut (dyn tokio::io::AsyncRead + Unpin + Send));
+        let out = conn.exec(command, reader, COMMAND_TIMEOUT).await?;
+        if !out.success() {
+            return Err(InjectError::Remote {
+                step,
+                status: out.status,
+                output: out.complaint(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Uploads the binary unless the machine already has it, and verifies what arrived.
+    async fn upload(&self, conn: &Connection) -> Result<(), InjectError> {
+        let (Some((local, sum)), Some(remote)) = (&self.binary, self.remote_binary()) else {
+            return Ok(());
+        };
+        let present = conn
+            .exec(
+                &format!("sha256sum {remote} 2>/dev/null"),
+                None,
+                COMMAND_TIMEOUT,
+            )
+            .await?;
+        if String::from_utf8_lossy(&present.stdout)
+            .split_whitespace()
+            .next()
+            == Some(sum.as_str())
+        {
+            tracing::debug!(%remote, "the machine already has the sidecar binary");
+            return Ok(());
+        }
+        let mut file =
+            tokio::fs::File::open(local)
+                .await
+                .map_err(|e| InjectError::LocalBinary {
+                    path: local.display().to_string(),
+                    detail: e.to_string(),
+                })?;
+        let tmp = format!("{remote}.upload");
+        let command = format!(
+            "mkdir -p {dir}/bin && cat > {tmp} && chmod 755 {tmp} && sha256sum {tmp}",
+            dir = self.config.remote_dir
+        );
+        let out = conn.exec(&command, Some(&mut file), UPLOAD_TIMEOUT).await?;
+        if !out.success() {
+            return Err(InjectError::Remote {
+                step: "uploading the sidecar binary",
+                status: out.status,
+                output: out.complaint(),
+            });
+        }
+        let got = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        if &got != sum {
+            let _ = conn
+                .exec(&format!("rm -f {tmp}"), None, COMMAND_TIMEOUT)
+                .await;
+            return Err(InjectError::Corrupted {
+                expected: sum.clone(),
+                got,
+            });
+        }
+        self.run(
+            conn,
+            "installing the sidecar binary",
+            &format!("mv -f {tmp} {remote}"),
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Installs and starts the sidecar named `name` with `token` on an open connection.
+    pub async fn start(
+        &self,
+        conn: &Connection,
+        name: &str,
+        token: &Secret,
+    ) -> Result<String, InjectError> {
+        let dir = &self.config.remote_dir;
+        self.run(
+            conn,
+            "creating the sidecar directory",
+            &format!("mkdir -p {dir}/builds && chmod 700 {dir}"),
+            None,
+        )
+        .await?;
+        self.upload(conn).await?;
+        let remote_binary = self.remote_binary();
+        let launch = Launch {
+            mode: &self.config.mode,
+            url: &self.public_url,
+            name,
+            concurrency: self.concurrency,
+            dir,
+            binary: remote_binary.as_deref(),
+        };
+        for (file, mode, contents) in recipe::files(&launch, token.expose()) {
+            let command = format!("umask 077 && cat > {dir}/{file} && chmod {mode:o} {dir}/{file}");
+            self.run(
+                conn,
+                "writing the sidecar's configuration",
+                &command,
+                Some(contents.as_bytes()),
+            )
+            .await?;
+        }
+        // A sidecar still running from an earlier attempt on this machine is stopped first.
+        let _ = conn
+            .exec(
+                &format!("test -f {dir}/sidecar.pid && kill $(cat {dir}/sidecar.pid) 2>/dev/null"),
+                None,
+                COMMAND_TIMEOUT,
+            )
+            .await;
+        let pid = self
+            .run(
+                conn,
+                "starting the sidecar",
+                &recipe::start_detached(dir, &recipe::command(&launch)),
+                None,
+            )
+            .await?;
+        let out = conn
+            .exec(&recipe::still_running(dir, &pid), None, COMMAND_TIMEOUT)
+            .await?;
+        if !out.success() {
+            return Err(InjectError::SidecarExited {
+                log: String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            });
+        }
+        Ok(pid)
+    }
+
+    /// The last lines of the sidecar's log on the machine, for troubleshooting.
+    pub async fn log_tail(&self, conn: &Connection, lines: u32) -> String {
+        let command = format!(
+            "tail -n {lines} {}/sidecar.log 2>/dev/null",
+            self.config.remote_dir
+        );
+        match conn.exec(&command, None, COMMAND_TIMEOUT).await {
+            Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Err(e) => format!("(cannot read the log: {e})"),
+        }
+    }
+
+    /// Asks the sidecar to stop (SIGTERM: it finishes nothing new and exits).
+    pub async fn stop(&self, conn: &Connection) -> Result<(), InjectError> {
+        let dir = &self.config.remote_dir;
+        let command = format!(
+            "test -f {dir}/sidecar.pid && kill -TERM $(cat {dir}/sidecar.pid) 2>/dev/null; true"
+        );
+        self.run(conn, "stopping the sidecar", &command, None)
+            .await
+            .map(|_| ())
+    }
+}

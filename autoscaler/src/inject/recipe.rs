@@ -1,0 +1,209 @@
+//! What runs on a machine, as text: the command that starts each kind of sidecar and the
+//! `config.toml` a stock `gitlab-runner` needs. Pure, so that the exact command lines are tested
+//! without a machine.
+
+use crate::config::SidecarMode;
+
+/// Everything a recipe needs to know about one machine's sidecar.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    pub mode: &'a SidecarMode,
+    /// The autoscaler's URL as the sidecar must use it.
+    pub url: &'a str,
+    pub name: &'a str,
+    pub concurrency: u32,
+    /// The sidecar's directory on the machine (relative to the login user's home).
+    pub dir: &'a str,
+    /// The uploaded binary on the machine, if one was uploaded.
+    pub binary: Option<&'a str>,
+}
+
+/// Quotes a value for a POSIX shell.
+pub fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+/// The files written next to the sidecar before it starts: `(name, mode, contents)`. The token
+/// travels in these files (mode 600), never on a command line.
+pub fn files(l: &Launch<'_>, token: &str) -> Vec<(&'static str, u32, String)> {
+    let mut files = vec![("token", 0o600, format!("{token}\n"))];
+    if let SidecarMode::GitlabRunner {
+        executor,
+        extra_config,
+    } = l.mode
+    {
+        files.push((
+            "config.toml",
+            0o600,
+            gitlab_runner_config(l, token, executor, extra_config),
+        ));
+    }
+    files
+}
+
+/// `config.toml` for `gitlab-runner run`: one runner entry, the autoscaler as its URL, the
+/// machine's own token, and as many job slots as the machine's capacity.
+pub fn gitlab_runner_config(l: &Launch<'_>, token: &str, executor: &str, extra: &str) -> String {
+    let toml_str = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let mut out = format!(
+        "# Written by the autoscaler for machine {name}.\n\
+         concurrent = {n}\n\
+         check_interval = 3\n\
+         shutdown_timeout = 30\n\
+         \n\
+         [[runners]]\n\
+         \x20 name = {name_q}\n\
+         \x20 url = {url}\n\
+         \x20 token = {token}\n\
+         \x20 executor = {executor}\n\
+         \x20 limit = {n}\n\
+         \x20 request_concurrency = 1\n\
+         \x20 builds_dir = {builds}\n\
+         \x20 cache_dir = {cache}\n",
+        name = l.name,
+        n = l.concurrency,
+        name_q = toml_str(l.name),
+        url = toml_str(l.url),
+        token = toml_str(token),
+        executor = toml_str(executor),
+        builds = toml_str(&format!("{}/builds", l.dir)),
+        cache = toml_str(&format!("{}/cache", l.dir)),
+    );
+    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
+        out.push_str("  ");
+        out.push_str(line.trim());
+        out.push('\n');
+    }
+    out
+}
+
+/// The command that runs the sidecar in the foreground (the caller detaches it). It reads the
+/// token from the `token` file written beside it.
+pub fn command(l: &Launch<'_>) -> String {
+    let dir = l.dir;
+    match l.mode {
+        SidecarMode::Builtin => format!(
+            "SIDECAR_TOKEN=\"$(cat {dir}/token)\" exec {bin} run --url {url} --concurrent {n} --builds-dir {dir}/builds \
+             --name {name} --system-id-file {dir}/.runner_system_id",
+            bin = l.binary.map_or_else(|| "sidecar".to_string(), quote),
+            url = quote(l.url),
+            n = l.concurrency,
+            name = quote(l.name),
+        ),
+        SidecarMode::GitlabRunner { .. } => format!(
+            "exec {bin} run --config {dir}/config.toml --working-directory {dir}",
+            bin = l.binary.map_or_else(|| "gitlab-runner".to_string(), quote),
+        ),
+        SidecarMode::Command { template } => {
+            let filled = template
+                .replace("{url}", &quote(l.url))
+                .replace("{token}", "\"$(cat __DIR__/token)\"")
+                .replace("{concurrency}", &l.concurrency.to_string())
+                .replace("{name}", &quote(l.name))
+                .replace("{binary}", &l.binary.map_or_else(String::new, quote))
+                .replace("{dir}", "__DIR__");
+            format!("exec {}", filled.replace("__DIR__", dir))
+        }
+    }
+}
+
+/// Starts `command` detached from the SSH session (its own session, output to `sidecar.log`)
+/// and prints its pid. Paths stay relative to the login directory, as in the command.
+pub fn start_detached(dir: &str, command: &str) -> String {
+    format!(
+        "nohup setsid sh -c {cmd} > {dir}/sidecar.log 2>&1 < /dev/null & echo $! > {dir}/sidecar.pid && cat {dir}/sidecar.pid",
+        cmd = quote(command),
+    )
+}
+
+/// Succeeds when process `pid` still runs one second after its start (a zombie does not count:
+/// it exited and waits to be reaped); otherwise prints the end of the sidecar's log and fails.
+pub fn still_running(dir: &str, pid: &str) -> String {
+    let pid = quote(pid);
+    format!(
+        "sleep 1; if kill -0 {pid} 2>/dev/null && [ \"$(ps -o stat= -p {pid} 2>/dev/null | cut -c1)\" != Z ]; then exit 0; fi; \
+         tail -n 20 {dir}/sidecar.log 2>/dev/null; exit 1"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(mode: &SidecarMode) -> Launch<'_> {
+        Launch {
+            mode,
+            url: "http://10.0.0.1:8090",
+            name: "linux-7",
+            concurrency: 3,
+            dir: "autoscaler-sidecar",
+            binary: Some("autoscaler-sidecar/bin/sidecar"),
+        }
+    }
+
+    #[test]
+    fn builtin_runs_the_sidecar_with_the_token_from_its_file() {
+        let c = command(&launch(&SidecarMode::Builtin));
+        assert_eq!(
+            c,
+            "SIDECAR_TOKEN=\"$(cat autoscaler-sidecar/token)\" exec 'autoscaler-sidecar/bin/sidecar' run --url 'http://10.0.0.1:8090' \
+             --concurrent 3 --builds-dir autoscaler-sidecar/builds --name 'linux-7' --system-id-file autoscaler-sidecar/.runner_system_id"
+        );
+    }
+
+    #[test]
+    fn gitlab_runner_gets_an_explicit_url_and_its_own_token_in_config_toml() {
+        let mode = SidecarMode::GitlabRunner {
+            executor: "docker".into(),
+            extra_config: "[runners.docker]\nimage = \"alpine:3\"\n".into(),
+        };
+        let l = launch(&mode);
+        assert_eq!(
+            command(&l),
+            "exec 'autoscaler-sidecar/bin/sidecar' run --config autoscaler-sidecar/config.toml --working-directory autoscaler-sidecar"
+        );
+        let config = gitlab_runner_config(
+            &l,
+            "glrt-abc",
+            "docker",
+            "[runners.docker]\nimage = \"alpine:3\"\n",
+        );
+        let parsed: toml::Value = toml::from_str(&config).unwrap();
+        assert_eq!(parsed["concurrent"].as_integer(), Some(3));
+        let runner = &parsed["runners"][0];
+        assert_eq!(runner["url"].as_str(), Some("http://10.0.0.1:8090"));
+        assert_eq!(runner["token"].as_str(), Some("glrt-abc"));
+        assert_eq!(runner["executor"].as_str(), Some("docker"));
+        assert_eq!(runner["limit"].as_integer(), Some(3));
+        assert_eq!(runner["docker"]["image"].as_str(), Some("alpine:3"));
+        let files = files(&l, "glrt-abc");
+        assert!(
+            files
+                .iter()
+                .any(|(n, mode, _)| *n == "config.toml" && *mode == 0o600)
+        );
+    }
+
+    #[test]
+    fn command_templates_are_filled_and_quoted() {
+        let mode = SidecarMode::Command {
+            template: "{binary} {url} {token} {concurrency} --name {name} --dir {dir}".into(),
+        };
+        assert_eq!(
+            command(&launch(&mode)),
+            "exec 'autoscaler-sidecar/bin/sidecar' 'http://10.0.0.1:8090' \"$(cat autoscaler-sidecar/token)\" 3 --name 'linux-7' --dir autoscaler-sidecar"
+        );
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn detached_start_records_the_pid() {
+        let s = start_detached("d", "exec x");
+        assert!(s.starts_with("nohup setsid sh -c 'exec x' > d/sidecar.log 2>&1 < /dev/null &"));
+        assert!(s.ends_with("cat d/sidecar.pid"));
+    }
+}

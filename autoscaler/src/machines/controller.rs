@@ -1,0 +1,365 @@
+//! The control loop of a pool with machines: level-triggered, woken by a timer or by changes of
+//! jobs and machines. Each pass reconciles with the provisioner (every `reconcile_interval`),
+//! starts sidecar injection on machines that boot, follows jobs onto machines, tears down
+//! machines that failed or are no longer needed, and asks the scaler for machines to create.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::PoolMachines;
+use crate::config::ScalingConfig;
+use crate::core::machine::{MachineEvent, MachineState};
+use crate::core::scaler::{self, MachineView, ScalePolicy};
+use crate::core::{JobId, SidecarId};
+use crate::dispatch::SlotGate;
+use crate::inject::Injector;
+use crate::jobs::Jobs;
+use crate::sidecars::Sidecars;
+use crate::ssh::Target;
+use crate::store::{HostKey, HostKeySource, MachineRecord};
+
+/// How often the loop runs without being woken.
+const TICK: Duration = Duration::from_secs(1);
+/// Stopping a sidecar before its machine is destroyed is a courtesy, bounded.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+pub struct PoolController {
+    pub machines: Arc<PoolMachines>,
+    injector: Injector,
+    sidecars: Arc<Sidecars>,
+    jobs: Arc<Jobs>,
+    scaling: ScalingConfig,
+    reconcile_interval: Duration,
+    ready_timeout: Duration,
+    /// Machines with an injection in flight.
+    injecting: Mutex<HashSet<String>>,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl PoolController {
+    pub fn new(
+        machines: Arc<PoolMachines>,
+        injector: Injector,
+        sidecars: Arc<Sidecars>,
+        jobs: Arc<Jobs>,
+        scaling: ScalingConfig,
+        reconcile_interval: Duration,
+        ready_timeout: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            machines,
+            injector,
+            sidecars,
+            jobs,
+            scaling,
+            reconcile_interval,
+            ready_timeout,
+            injecting: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn pool(&self) -> &str {
+        self.machines.pool()
+    }
+
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut jobs_changed = self.jobs.subscribe();
+        let mut machines_changed = self.machines.subscribe();
+        let mut last_reconcile: Option<Instant> = None;
+        loop {
+            if last_reconcile.is_none_or(|t| t.elapsed() >= self.reconcile_interval) {
+                if let Err(e) = self.machines.reconcile().await {
+                    tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed");
+                }
+                last_reconcile = Some(Instant::now());
+            }
+            self.clone().pass().await;
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(TICK) => {}
+                _ = jobs_changed.changed() => {}
+                _ = machines_changed.changed() => {}
+            }
+        }
+        tracing::debug!(pool = %self.pool(), "pool controller stopped");
+    }
+
+    /// One pass over the pool's machines.
+    async fn pass(self: Arc<Self>) {
+        let with_sidecars = self.jobs.with_each_sidecar();
+        let running = |m: &MachineRecord| {
+            m.sidecar
+                .and_then(|s| with_sidecars.get(&s).copied())
+                .unwrap_or(0)
+        };
+        for m in self.machines.live() {
+            let result = match m.state {
+                MachineState::Booting => {
+                    self.clone().start_injection(&m);
+                    Ok(())
+                }
+                MachineState::Busy if running(&m) == 0 => self
+                    .machines
+                    .apply(&m.id, MachineEvent::JobsDone, "")
+                    .map(|_| ()),
+                MachineState::Failed => {
+                    self.teardown(&m).await;
+                    Ok(())
+                }
+                MachineState::Destroying => {
+                    self.revoke(&m).await;
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot update the machine");
+            }
+        }
+        self.scale(&running).await;
+    }
+
+    /// The scaler's decision, executed.
+    async fn scale(&self, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
+        let live = self.machines.live();
+        let views: Vec<MachineView> = live
+            .iter()
+            .map(|m| MachineView {
+                id: m.id.clone(),
+                state: m.state,
+                running_jobs: running(m),
+                use_count: m.use_count,
+                idle_since: m.since,
+            })
+            .collect();
+        let waiting =
+            u32::try_from(self.jobs.waiting_in_pool(self.pool()).len()).unwrap_or(u32::MAX);
+        let policy = ScalePolicy {
+            max_machines: self.scaling.max_machines,
+            capacity_per_machine: self.scaling.capacity_per_machine,
+            idle_count: self.scaling.idle_count,
+            idle_time: ms(self.scaling.idle_time),
+            max_use_count: self.scaling.max_use_count,
+        };
+        let plan = scaler::plan(&views, waiting, self.machines.now(), &policy);
+        for (id, reason) in &plan.drain {
+            if let Err(e) = self.machines.apply(id, MachineEvent::Drain, reason) {
+                tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot drain the machine");
+            }
+        }
+        for (id, reason) in &plan.destroy {
+            if let Some(m) = self.machines.get(id) {
+                if let Err(e) = self.machines.apply(id, MachineEvent::Destroy, reason) {
+                    tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot retire the machine");
+                    continue;
+                }
+                self.teardown(&m).await;
+            }
+        }
+        if plan.create > 0 {
+            tracing::info!(pool = %self.pool(), create = plan.create, reason = %plan.reason, "scaling up");
+            match self.machines.create(plan.create).await {
+                Ok(n) if n < plan.create => {
+                    tracing::debug!(pool = %self.pool(), asked = plan.create, created = n, "creation throttled or paused");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(pool = %self.pool(), error = %e, "cannot create machines")
+                }
+            }
+        }
+    }
+
+    /// Stops the sidecar (best effort), revokes its token, destroys the machine.
+    async fn teardown(&self, m: &MachineRecord) {
+        if let Some(endpoint) = &m.endpoint
+            && m.sidecar.is_some()
+        {
+            let target = Target {
+                host: endpoint.host.clone(),
+                port: endpoint.port,
+                user: endpoint.user.clone(),
+                host_key: m.host_key.as_ref().map(|h| h.key.clone()),
+            };
+            let stop = async {
+                let conn = self
+                    .injector
+                    .connect(&target, Instant::now() + STOP_TIMEOUT)
+                    .await?;
+                let result = self.injector.stop(&conn).await;
+                conn.close().await;
+                result
+            };
+            if let Err(e) = tokio::time::timeout(STOP_TIMEOUT, stop)
+                .await
+                .unwrap_or(Ok(()))
+            {
+                tracing::debug!(pool = %self.pool(), machine.id = %m.id, error = %e, "could not stop the sidecar before destroying its machine");
+            }
+        }
+        self.revoke(m).await;
+        let reason = m.reason.clone().unwrap_or_default();
+        if let Err(e) = self.machines.retire(&m.id, &reason).await {
+            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot destroy the machine");
+        }
+    }
+
+    /// The machine's sidecar token stops working.
+    async fn revoke(&self, m: &MachineRecord) {
+        if let Some(sidecar) = m.sidecar {
+            match self.sidecars.revoke_id(sidecar).await {
+                Ok(true) => {
+                    tracing::info!(pool = %self.pool(), machine.id = %m.id, sidecar.id = %sidecar, "sidecar token revoked")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot revoke the sidecar token")
+                }
+            }
+        }
+    }
+
+    fn start_injection(self: Arc<Self>, m: &MachineRecord) {
+        {
+            let mut injecting = self
+                .injecting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !injecting.insert(m.id.clone()) {
+                return;
+            }
+        }
+        let id = m.id.clone();
+        let span = tracing::info_span!("inject", pool = %self.pool(), machine.id = %id);
+        let task = async move {
+            if let Err(reason) = self.inject(&id).await {
+                // The sidecar may have polled, served jobs and been retired before the last
+                // check ran: then the machine has moved on and there is nothing to fail.
+                let still_injecting = self.machines.get(&id).is_some_and(|m| {
+                    matches!(m.state, MachineState::Booting | MachineState::Injecting)
+                });
+                if !still_injecting {
+                    tracing::debug!(pool = %self.pool(), machine.id = %id, %reason, "a late injection check failed after the machine moved on");
+                    self.injecting
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&id);
+                    return;
+                }
+                tracing::warn!(pool = %self.pool(), machine.id = %id, %reason, "injection failed; the machine is failed and will be replaced");
+                if let Err(e) = self.machines.apply(&id, MachineEvent::Fail, &reason) {
+                    tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot fail the machine");
+                }
+            }
+            self.injecting
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&id);
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
+    }
+
+    /// SSH in, check readiness, give the machine its own sidecar token, start the sidecar.
+    async fn inject(&self, id: &str) -> Result<(), String> {
+        let m = self.machines.get(id).ok_or("the machine vanished")?;
+        let endpoint = m.endpoint.clone().ok_or("the provider gave no address")?;
+        let target = Target {
+            host: endpoint.host,
+            port: endpoint.port,
+            user: endpoint.user,
+            host_key: m.host_key.as_ref().map(|h| h.key.clone()),
+        };
+        let deadline = Instant::now() + self.ready_timeout;
+        let conn = self
+            .injector
+            .connect(&target, deadline)
+            .await
+            .map_err(|e| e.to_string())?;
+        let step = async {
+            if m.host_key.is_none() {
+                let pinned = HostKey {
+                    key: conn.host_key.clone(),
+                    source: HostKeySource::FirstConnection,
+                };
+                tracing::info!(pool = %self.pool(), machine.id = %id, host_key = %pinned.key, "host key recorded on first connection; required from now on");
+                self.machines
+                    .update(id, |r| r.host_key = Some(pinned))
+                    .map_err(|e| e.to_string())?;
+            }
+            self.injector
+                .ready(&conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.machines
+                .apply(id, MachineEvent::Reachable, "reachable over SSH")
+                .map_err(|e| e.to_string())?;
+            let (sidecar, token) = self
+                .sidecars
+                .register(
+                    self.pool(),
+                    Some(format!("machine {id}")),
+                    Some(id.to_string()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            self.machines
+                .update(id, |r| r.sidecar = Some(sidecar.id()))
+                .map_err(|e| e.to_string())?;
+            let pid = self
+                .injector
+                .start(&conn, id, &token)
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(pool = %self.pool(), machine.id = %id, sidecar.id = %sidecar.id(), pid, "sidecar started; waiting for its first job request");
+            Ok::<(), String>(())
+        };
+        let result = step.await;
+        conn.close().await;
+        result
+    }
+}
+
+impl SlotGate for PoolController {
+    fn may_take(&self, sidecar: SidecarId) -> bool {
+        let Some(m) = self.machines.by_sidecar(sidecar) else {
+            // A sidecar that registered itself: no machine of ours to protect.
+            return true;
+        };
+        if !m.state.takes_jobs() {
+            return false;
+        }
+        if self.scaling.max_use_count > 0 && m.use_count >= self.scaling.max_use_count {
+            return false;
+        }
+        let running = self
+            .jobs
+            .with_each_sidecar()
+            .get(&sidecar)
+            .copied()
+            .unwrap_or(0);
+        running < self.scaling.capacity_per_machine
+    }
+
+    fn taken(&self, sidecar: SidecarId, job: JobId) {
+        let Some(m) = self.machines.by_sidecar(sidecar) else {
+            return;
+        };
+        let result = self
+            .machines
+            .update(&m.id, |r| r.use_count += 1)
+            .and_then(|()| {
+                self.machines
+                    .apply(&m.id, MachineEvent::JobStarted, &format!("job {job}"))
+            });
+        if let Err(e) = result {
+            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot count the job on its machine");
+        }
+    }
+}
