@@ -1,32 +1,44 @@
-//! The demo: a fake GitLab, the autoscaler and a few built-in sidecars as real processes on
-//! loopback ports, a handful of jobs of different kinds, and a readable summary.
+//! The demo: a fake GitLab and the autoscaler as real processes on loopback ports, a pool that
+//! starts with no machine, the local provisioner making machines (local sandboxes with their own
+//! sshd), sidecars injected over real SSH, a handful of jobs of different kinds, and a summary of
+//! what GitLab got and of each machine's life.
 //!
-//! Run it with `cargo xtask demo` (which builds everything first).
+//! Run it with `cargo xtask demo` (which installs what it needs and builds everything first).
 
 #![allow(clippy::print_stdout)]
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, Sidecar, register_sidecar};
+use autoscaler::core::machine::MachineState;
+use autoscaler::store::MachineRecord;
+use e2e::LocalMachinesGuard;
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
 use fake_gitlab::control::{ArtifactSpec, JobSpec, JobStatus, JobVariable, JobView};
 
-const SIDECARS: usize = 3;
+const IDLE_TIME_S: u64 = 10;
 
 struct DemoJob {
     id: u64,
     what: &'static str,
-    enqueued: Instant,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let started = Instant::now();
     let dir = tempfile::tempdir()?;
-    println!(
-        "Starting a fake GitLab, the autoscaler and {SIDECARS} sidecars (real processes on loopback)..."
-    );
+    let machines_root = dir.path().join("machines");
+    let _cleanup = LocalMachinesGuard {
+        root: machines_root.clone(),
+    };
+    println!("Starting a fake GitLab and the autoscaler (real processes on loopback ports)...");
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let pool = PoolSpec::new("default");
+    let pool = PoolSpec::local(
+        "demo",
+        &machines_root,
+        &format!("max_machines = 3\ncapacity_per_machine = 2\nidle_time = \"{IDLE_TIME_S}s\""),
+        "mode = \"builtin\"",
+    );
     gitlab.add_runner(&pool.upstream_token).await?;
     let mut autoscaler = Autoscaler::start(
         &dir.path().join("autoscaler"),
@@ -35,48 +47,31 @@ async fn main() -> Result<()> {
         "",
     )
     .await?;
-    let mut sidecars = Vec::new();
-    for i in 1..=SIDECARS {
-        let token = register_sidecar(
-            &autoscaler.url,
-            &pool.registration_token,
-            &format!("demo-sidecar-{i}"),
-        )
-        .await?;
-        sidecars.push(Sidecar::start(
-            &format!("sidecar-{i}"),
-            &autoscaler.url,
-            &token,
-            1,
-            &dir.path().join(format!("builds-{i}")),
-        )?);
-    }
-    println!("  GitLab (fake)  {}", gitlab.url);
+    println!("  GitLab (fake)   {}", gitlab.url);
     println!(
-        "  autoscaler     {}   (state in {})",
-        autoscaler.url,
-        autoscaler.dir.display()
+        "  autoscaler      {}   (admin API {})",
+        autoscaler.url, autoscaler.admin_url
     );
     println!(
-        "  sidecars       {SIDECARS} built-in runners, registered with the pool's registration token\n"
+        "  pool \"demo\"     local provisioner, at most 3 machines x 2 jobs, idle machines go after {IDLE_TIME_S} s"
     );
+    println!(
+        "                  machines are sandboxes under {}, each with its own sshd\n",
+        machines_root.display()
+    );
+    println!("The pool has no machine. Queuing jobs at GitLab:");
 
     let spec = |script: &[&str]| JobSpec::new(&pool.upstream_token, script);
     let mut jobs = Vec::new();
     let mut enqueue = async |what: &'static str, spec: JobSpec| -> Result<u64> {
         let id = gitlab.control.enqueue(&spec).await?.id;
-        jobs.push(DemoJob {
-            id,
-            what,
-            enqueued: Instant::now(),
-        });
-        println!("  queued job {id:>3} at GitLab: {what}");
+        jobs.push(DemoJob { id, what });
+        println!("  job {id:>2}  {what}");
         Ok(id)
     };
-
     enqueue(
         "hello world",
-        spec(&["echo 'Hello from a sidecar'", "uname -a"]),
+        spec(&["echo \"Hello from $(hostname), in $HOME\""]),
     )
     .await?;
     enqueue(
@@ -110,25 +105,36 @@ async fn main() -> Result<()> {
     cleanup.after_script = vec!["echo 'after_script: cleaning up'".into()];
     enqueue("after_script", cleanup).await?;
     let long = enqueue(
-        "long job, canceled",
+        "long job, canceled while running",
         spec(&["for i in $(seq 1 600); do echo \"still working $i\"; sleep 0.1; done"]),
     )
     .await?;
+    for i in 1..=3 {
+        enqueue(
+            "parallel test shard",
+            spec(&[&format!("echo 'shard {i}'"), "sleep 2"]),
+        )
+        .await?;
+    }
 
     let view = gitlab
         .control
-        .wait_final(build_id, Duration::from_secs(120))
+        .wait_final(build_id, Duration::from_secs(180))
         .await?;
     let mut deploy = spec(&["cat dist/app", "sha256sum -c dist/app.sha256"]);
     deploy.name = "deploy".into();
     deploy.dependencies = vec![view.id];
-    enqueue("deploy, using build's artifacts", deploy).await?;
+    enqueue("deploy, with build's artifacts", deploy).await?;
 
     gitlab
         .control
-        .wait_running(long, Duration::from_secs(120))
+        .wait_running(long, Duration::from_secs(180))
         .await?;
-    println!("  canceling job {long} at GitLab while it runs");
+    // Let it print a little first, so that the cancellation visibly interrupts it.
+    while gitlab.control.job(long).await?.trace_bytes < 2_000 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("  (canceling job {long} at GitLab while it runs)");
     gitlab.control.cancel(long).await?;
 
     println!("\nWaiting for every job to finish...\n");
@@ -139,42 +145,58 @@ async fn main() -> Result<()> {
             .wait_final(job.id, Duration::from_secs(180))
             .await?;
         let trace = gitlab.control.trace(job.id).await?;
-        rows.push((job, view, trace, job.enqueued.elapsed()));
+        rows.push((job, view, trace));
     }
-    print_summary(&rows);
+    print_jobs(&rows);
+
+    println!("\nWaiting for idle machines to go ({IDLE_TIME_S} s of idleness)...\n");
+    let machines = autoscaler
+        .wait_machines(
+            Duration::from_secs(180),
+            "every machine destroyed",
+            |list| !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone),
+        )
+        .await?;
+    print_machines(&machines);
 
     let stats = gitlab.control.stats().await?;
     println!(
-        "\nWhat GitLab saw (every call came from the autoscaler, with the pool's runner token or a job token):"
+        "\nWhat GitLab saw (every call came from the autoscaler, with the pool's token or a job token):"
     );
     for (route, by_status) in &stats.requests {
-        let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n}×{s}")).collect();
+        let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n}x{s}")).collect();
         println!("  {route:<40} {}", counts.join(", "));
     }
-
-    println!("\nStopping: sidecars first, then the autoscaler (SIGTERM, graceful).");
-    for s in &mut sidecars {
-        s.stop().await?;
-    }
+    let left = std::fs::read_dir(&machines_root)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        })
+        .unwrap_or(0);
+    println!("\nMachines left at the provider: {left}.");
     let status = autoscaler.proc.stop(Duration::from_secs(60)).await?;
-    println!("  autoscaler exited: {status}");
+    println!(
+        "Autoscaler stopped (SIGTERM): {status}. Demo took {:.0} s.",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
-fn print_summary(rows: &[(&DemoJob, JobView, Vec<u8>, Duration)]) {
+fn print_jobs(rows: &[(&DemoJob, JobView, Vec<u8>)]) {
     println!(
-        "{:>4}  {:<32} {:<9} {:<16} {:>4} {:>9} {:>9}  trace checksum",
+        "{:>4}  {:<34} {:<9} {:<15} {:>4} {:>9} {:>9}  trace checksum",
         "job", "what", "status", "failure", "exit", "trace", "artifacts"
     );
-    for (job, view, trace, _) in rows {
+    for (job, view, trace) in rows {
         let artifacts: u64 = view.artifacts.iter().map(|a| a.size).sum();
         let checksum = if view.reported_checksum.as_deref() == Some(view.trace_crc32.as_str()) {
-            "matches runner"
+            "matches the runner's"
         } else {
             "MISMATCH"
         };
         println!(
-            "{:>4}  {:<32} {:<9} {:<16} {:>4} {:>9} {:>9}  {}",
+            "{:>4}  {:<34} {:<9} {:<15} {:>4} {:>9} {:>9}  {}",
             view.id,
             job.what,
             view.status.as_str(),
@@ -189,43 +211,68 @@ fn print_summary(rows: &[(&DemoJob, JobView, Vec<u8>, Duration)]) {
             checksum,
         );
     }
-    let ok = rows
-        .iter()
-        .filter(|(_, v, _, _)| v.status == JobStatus::Success)
-        .count();
+    let count = |s: JobStatus| rows.iter().filter(|(_, v, _)| v.status == s).count();
     println!(
-        "\n{} jobs: {ok} succeeded, {} failed, {} canceled.",
+        "\n{} jobs: {} succeeded, {} failed, {} canceled.",
         rows.len(),
-        rows.iter()
-            .filter(|(_, v, _, _)| v.status == JobStatus::Failed)
-            .count(),
-        rows.iter()
-            .filter(|(_, v, _, _)| v.status == JobStatus::Canceled)
-            .count()
+        count(JobStatus::Success),
+        count(JobStatus::Failed),
+        count(JobStatus::Canceled)
     );
-    for (job, view, trace, _) in rows {
+    for (job, view, trace) in rows {
         let text = String::from_utf8_lossy(trace);
-        if job.what == "masked secret" {
-            let shown = text
-                .lines()
-                .find(|l| l.starts_with("deploying with token"))
-                .unwrap_or("");
-            println!("Masked variable in job {}'s log: {shown:?}", view.id);
+        match job.what {
+            "masked secret" => {
+                let shown = text
+                    .lines()
+                    .find(|l| l.starts_with("deploying with token"))
+                    .unwrap_or("");
+                println!("Masked variable in job {}'s log: {shown:?}", view.id);
+            }
+            "deploy, with build's artifacts" => {
+                let ok = text.lines().any(|l| l.contains("dist/app: OK"));
+                println!(
+                    "Job {} checked the build's artifact, downloaded through the autoscaler: {}",
+                    view.id,
+                    if ok { "sha256 OK" } else { "FAILED" }
+                );
+            }
+            "long job, canceled while running" => {
+                let lines = text.lines().filter(|l| l.contains("still working")).count();
+                println!(
+                    "Job {} was canceled after {lines} lines of output.",
+                    view.id
+                );
+            }
+            _ => {}
         }
-        if job.what.starts_with("deploy") {
-            let ok = text.lines().any(|l| l.contains("dist/app: OK"));
-            println!(
-                "Job {} checked the build's artifact through the relay: {}",
-                view.id,
-                if ok { "sha256 OK" } else { "FAILED" }
-            );
-        }
-        if job.what.starts_with("long job") {
-            let after = text.lines().filter(|l| l.contains("still working")).count();
-            println!(
-                "Job {} was canceled after {after} lines of output.",
-                view.id
-            );
+    }
+}
+
+fn print_machines(machines: &[MachineRecord]) {
+    let Some(t0) = machines.iter().map(|m| m.created_at).min() else {
+        return;
+    };
+    println!(
+        "{} machines were made, ran the jobs and were destroyed. Their lives:",
+        machines.len()
+    );
+    for m in machines {
+        println!(
+            "\n  {} (at the provider: {}; ran {} job{})",
+            m.id,
+            m.provider_id.as_deref().unwrap_or("-"),
+            m.use_count,
+            if m.use_count == 1 { "" } else { "s" },
+        );
+        for t in &m.timeline {
+            let at = t.at.saturating_sub(t0) as f64 / 1000.0;
+            let why = t
+                .reason
+                .as_deref()
+                .map(|r| format!("  ({r})"))
+                .unwrap_or_default();
+            println!("    +{at:>6.1}s  {:<11}{why}", t.state.name());
         }
     }
 }
