@@ -115,6 +115,11 @@ impl PoolQueue {
         self.lock().waiters.len()
     }
 
+    /// A job request of this sidecar is held open right now (so it is alive).
+    pub fn has_waiter(&self, sidecar: SidecarId) -> bool {
+        self.lock().waiters.iter().any(|w| w.sidecar == sidecar)
+    }
+
     /// Offers a queued job to the pool.
     pub fn offer(&self, job: JobId) {
         let mut s = self.lock();

@@ -17,7 +17,6 @@ use crate::config::{self, UpstreamConfig};
 use crate::core::JobId;
 use crate::core::backoff::Backoff;
 use crate::jobs::{Accepted, Jobs, Reissue};
-use crate::mirror::relay;
 use crate::pools::Pool;
 use crate::sidecars::Sidecars;
 use crate::upstream::{JobRequest, JobRequestOutcome, Upstream, UpstreamError};
@@ -174,17 +173,14 @@ impl Intake {
             .sidecars
             .pool_info(self.pool.name())
             .unwrap_or_else(default_info);
-        if self.pool.config.intake() == config::Intake::OnDemand
-            && let Some(features) = info
-                .get_mut("features")
-                .and_then(serde_json::Value::as_object_mut)
+        if let Some(features) = info
+            .get_mut("features")
+            .and_then(serde_json::Value::as_object_mut)
         {
-            // A job taken on demand may wait for a machine longer than GitLab's two-minute
-            // acknowledgement window; the autoscaler holds it durably instead.
-            features.insert(
-                "two_phase_job_commit".into(),
-                serde_json::Value::Bool(false),
-            );
+            // Every job is acknowledged: by its sidecar's acceptance when handed out at once, by
+            // the autoscaler once durable when it waits. Two-phase acceptance then lets GitLab
+            // requeue a job we took but crashed before storing.
+            features.insert("two_phase_job_commit".into(), serde_json::Value::Bool(true));
         }
         let sent_last_update = self.pool.last_update();
         let request = JobRequest {
@@ -223,11 +219,16 @@ impl Intake {
         }
     }
 
-    /// Stores the job GitLab gave us, then offers it to the pool.
+    /// Stores the job GitLab gave us and offers it to the pool. The job request that gets it
+    /// answers only once the store is flushed; a job nobody waits for is flushed here, then
+    /// acknowledged to GitLab by the maintenance loop.
     async fn take(&self, payload: &[u8]) -> Round {
-        match self.jobs.accept(self.pool.name(), payload).await {
+        match self.jobs.accept(self.pool.name(), payload) {
             Ok(Accepted::New(id)) => {
                 self.pool.queue.offer(id);
+                if let Err(e) = self.jobs.durable().await {
+                    tracing::error!(job.id = %id, error = %e, "the store cannot flush; the job would not survive a crash");
+                }
                 Round::Job(id)
             }
             Ok(Accepted::Again(id)) => {
@@ -255,18 +256,8 @@ impl Intake {
                 tracing::warn!(job.id = %id, "GitLab handed out again a job that had ended here; running it again");
                 self.pool.queue.offer(id);
             }
-            Ok(Reissue::Reaccept(body)) => {
-                tracing::warn!(job.id = %id, "GitLab handed out again a job a sidecar is running; re-sending its acceptance");
-                match relay::deliver_acceptance(self.upstream.as_ref(), &self.jobs, id, body).await
-                {
-                    Ok(()) => tracing::info!(job.id = %id, "acceptance delivered"),
-                    Err(e) => {
-                        tracing::warn!(job.id = %id, error = %e, "acceptance still not delivered; the next call for the job retries it")
-                    }
-                }
-            }
-            Ok(Reissue::AlreadyQueued) => {
-                tracing::debug!(job.id = %id, "GitLab handed out again a job that is queued here")
+            Ok(Reissue::Reacknowledge) => {
+                tracing::warn!(job.id = %id, "GitLab handed out again a job we hold; it will be acknowledged again");
             }
             Err(e) => {
                 tracing::error!(job.id = %id, error = %e, "cannot handle a job GitLab handed out again")

@@ -5,6 +5,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod core;
+pub mod delivery;
 pub mod dispatch;
 pub mod inject;
 pub mod intake;

@@ -19,10 +19,12 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{self, Admin};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::core::job::JobEvent;
+use crate::delivery::Delivery;
 use crate::inject::Injector;
 use crate::intake::Intake;
 use crate::jobs::Jobs;
-use crate::machines::{MachinesSettings, PoolController, PoolMachines};
+use crate::machines::{ControllerSettings, MachinesSettings, PoolController, PoolMachines};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
 use crate::provisioner::ScriptProvisioner;
@@ -31,6 +33,8 @@ use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
 use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
 
+/// How long a sidecar has to acknowledge a job it was handed before the autoscaler does.
+const ACK_GRACE_MS: u64 = 5_000;
 /// Finished jobs are kept this long so that late calls for them get a coherent answer.
 const FINISHED_RETENTION_MS: u64 = 10 * 60 * 1000;
 const MAINTENANCE_TICK: Duration = Duration::from_secs(1);
@@ -157,9 +161,16 @@ pub async fn run_with(
         ));
         tasks.spawn(intake.run(stop_intake.clone()));
     }
+    let delivery = Delivery::new(
+        upstream.clone(),
+        jobs.clone(),
+        clock.clone(),
+        config.state.dir.join("spool"),
+    );
     tasks.spawn(maintenance(
         pools.clone(),
         jobs.clone(),
+        delivery.clone(),
         stop_maintenance.clone(),
     ));
     let stop_controllers = CancellationToken::new();
@@ -177,6 +188,7 @@ pub async fn run_with(
             jobs.clone(),
             sidecars,
             upstream,
+            delivery,
             Limits::from_config(&config),
         )
         .with_machines(machines),
@@ -229,8 +241,15 @@ pub async fn run_with(
     drain(&jobs, config.server.shutdown_grace, &shutdown.immediate).await;
     stop_server.cancel();
     stop_maintenance.cancel();
-    // Machines are kept: their sidecars reach the next start of the autoscaler.
     stop_controllers.cancel();
+    // Machines are kept (their sidecars reach the next start of the autoscaler), unless the
+    // pool says otherwise.
+    for controller in controllers.iter().filter(|c| c.delete_on_shutdown()) {
+        tokio::select! {
+            () = controller.clone().retire_all(config.server.shutdown_grace) => {}
+            () = shutdown.immediate.cancelled() => break,
+        }
+    }
     tasks.close();
     tokio::select! {
         () = async { tasks.wait().await; let _ = (&mut server).await; } => {}
@@ -304,10 +323,15 @@ fn machine_controllers(
             injector,
             sidecars.clone(),
             jobs.clone(),
-            pool.config.scaling.clone(),
-            p.reconcile_interval,
-            sidecar.ready_timeout,
+            pool.queue.clone(),
+            ControllerSettings {
+                scaling: pool.config.scaling.clone(),
+                reconcile_interval: p.reconcile_interval,
+                ready_timeout: sidecar.ready_timeout,
+                silence_timeout: sidecar.silence_timeout,
+            },
         );
+        controller.recover();
         pool.queue.set_gate(controller.clone());
         tracing::info!(pool = %pool.name(), provisioner = %p.command.display(), machines = controller.machines.live().len(), "pool scales with its provisioner");
         controllers.push(controller);
@@ -373,7 +397,12 @@ async fn drain(jobs: &Jobs, grace: Duration, immediate: &CancellationToken) {
 
 /// Periodic upkeep: hand-outs never acknowledged go back to the queue, replay entries and
 /// finished jobs are collected.
-async fn maintenance(pools: Vec<Arc<Pool>>, jobs: Arc<Jobs>, stop: CancellationToken) {
+async fn maintenance(
+    pools: Vec<Arc<Pool>>,
+    jobs: Arc<Jobs>,
+    delivery: Arc<Delivery>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(MAINTENANCE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticks: u64 = 0;
@@ -384,13 +413,26 @@ async fn maintenance(pools: Vec<Arc<Pool>>, jobs: Arc<Jobs>, stop: CancellationT
         }
         ticks += 1;
         for pool in &pools {
-            let window =
-                u64::try_from(pool.config.assign_ack_timeout.as_millis()).unwrap_or(u64::MAX);
+            let window = millis(pool.config.assign_ack_timeout);
             for id in jobs.unacknowledged(pool.name(), window) {
                 pool.queue.requeue_unacknowledged(id);
             }
             pool.queue.prune_replays();
+            if pool.config.provisioner.is_some() {
+                let timeout = millis(pool.config.scaling.acquire_timeout);
+                for id in jobs.waited_too_long(pool.name(), timeout) {
+                    let reason = format!(
+                        "no machine took it within {} s (acquire_timeout)",
+                        timeout / 1000
+                    );
+                    tracing::warn!(job.id = %id, pool = %pool.name(), %reason, "giving up on a job");
+                    if let Err(e) = jobs.apply(id, JobEvent::Abandon { reason }) {
+                        tracing::error!(job.id = %id, error = %e, "cannot give up on the job");
+                    }
+                }
+            }
         }
+        delivery.deliver_owed(ACK_GRACE_MS).await;
         if ticks.is_multiple_of(60) {
             match jobs.collect_finished(FINISHED_RETENTION_MS) {
                 Ok(0) => {}
@@ -399,4 +441,8 @@ async fn maintenance(pools: Vec<Arc<Pool>>, jobs: Arc<Jobs>, stop: CancellationT
             }
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

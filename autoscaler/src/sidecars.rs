@@ -25,6 +25,8 @@ pub struct Sidecar {
 #[derive(Debug, Default, Clone)]
 struct Seen {
     last_poll: Option<Millis>,
+    /// The last request of any kind from this sidecar (job requests, and calls for its jobs).
+    last_seen: Option<Millis>,
     info: Option<Map<String, Value>>,
     system_id: Option<String>,
 }
@@ -40,6 +42,10 @@ impl Sidecar {
 
     pub fn last_poll(&self) -> Option<Millis> {
         self.lock().last_poll
+    }
+
+    pub fn last_seen(&self) -> Option<Millis> {
+        self.lock().last_seen
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -59,13 +65,18 @@ pub struct Sidecars {
 impl Sidecars {
     /// Loads the sidecars the store knows.
     pub fn load(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        // After a restart every known sidecar gets a fresh grace before it counts as silent.
+        let now = clock.now();
         let by_digest = store
             .sidecars()?
             .into_iter()
             .map(|record| {
                 let sidecar = Sidecar {
                     record,
-                    seen: Mutex::default(),
+                    seen: Mutex::new(Seen {
+                        last_seen: Some(now),
+                        ..Seen::default()
+                    }),
                 };
                 (sidecar.record.token_digest.clone(), Arc::new(sidecar))
             })
@@ -167,7 +178,9 @@ impl Sidecars {
         system_id: Option<String>,
     ) {
         let mut seen = sidecar.lock();
-        seen.last_poll = Some(self.clock.now());
+        let now = self.clock.now();
+        seen.last_poll = Some(now);
+        seen.last_seen = Some(now);
         if info.is_some() {
             seen.info = info;
         }
@@ -230,6 +243,23 @@ impl Sidecars {
             info.insert("features".into(), Value::Object(common));
         }
         Some(Value::Object(info))
+    }
+
+    /// Notes that the sidecar is alive (it is talking to us).
+    pub fn note_seen(&self, sidecar: &Sidecar) {
+        sidecar.lock().last_seen = Some(self.clock.now());
+    }
+
+    pub fn by_id(&self, id: SidecarId) -> Option<Arc<Sidecar>> {
+        self.read().values().find(|s| s.id() == id).cloned()
+    }
+
+    /// The sidecar injected into `machine`, if it is registered.
+    pub fn for_machine(&self, machine: &str) -> Option<Arc<Sidecar>> {
+        self.read()
+            .values()
+            .find(|s| s.record.machine.as_deref() == Some(machine))
+            .cloned()
     }
 
     pub fn in_pool(&self, pool: &str) -> Vec<Arc<Sidecar>> {

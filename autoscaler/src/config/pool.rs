@@ -81,6 +81,9 @@ pub struct ScalingConfig {
     pub intake: Intake,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
+    /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
+    /// next start, so that running jobs continue).
+    pub delete_on_shutdown: bool,
 }
 
 impl Default for ScalingConfig {
@@ -93,6 +96,7 @@ impl Default for ScalingConfig {
             max_use_count: 0,
             intake: Intake::OnDemand,
             acquire_timeout: Duration::from_secs(900),
+            delete_on_shutdown: false,
         }
     }
 }
@@ -275,6 +279,7 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         max_use_count: s.or("max_use_count", d.max_use_count),
         intake,
         acquire_timeout: duration_or(&s, "acquire_timeout", d.acquire_timeout),
+        delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
     scaling
@@ -339,7 +344,7 @@ fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {
         remote_dir,
         ready_command: s.optional("ready_command"),
         ready_timeout: duration_or(&s, "ready_timeout", Duration::from_secs(300)),
-        silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(60)),
+        silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(45)),
     };
     s.finish();
     Some(config)

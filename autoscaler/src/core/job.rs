@@ -2,13 +2,17 @@
 //!
 //! ```text
 //!   Queued --HandedOut--> Assigned --Accepted--> Running --Ended--> Finished
-//!     ^                      |
-//!     +---HandOutFailed------+
-//!     +---AckTimedOut--------+
+//!     ^  \                   |                     |                 ^
+//!     |   +--Abandon------+  |                     +--Lost--+        |
+//!     +---HandOutFailed---|--+                              v        |
+//!     +---AckTimedOut-----|--+                           Failing --Ended
+//!     +---Lost (assigned) +--------------------------------^
 //! ```
 //!
-//! A job is `Queued` from the moment GitLab's answer is durable in the store. Every state but
-//! `Finished` means "the autoscaler owns this job until GitLab has its final state".
+//! A job is `Queued` from the moment GitLab's answer is in the store. Every state but
+//! `Finished` means "the autoscaler owns this job until GitLab has its final state"; `Failing`
+//! is a job whose machine was lost while it ran (or that waited too long for one): we owe GitLab
+//! its failure, delivered as soon as GitLab answers.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +31,9 @@ pub enum JobPhase {
         sidecar: Option<SidecarId>,
         since: Millis,
     },
+    /// Its machine was lost while it ran, or no machine took it in time: GitLab must be told it
+    /// failed (`runner_system_failure`, which CI `retry:` can rerun).
+    Failing { reason: String, since: Millis },
     /// GitLab has the job's final state, or told us the job is over.
     Finished { at: Millis },
 }
@@ -46,6 +53,11 @@ pub enum JobEvent {
     /// GitLab handed the job out again: it never saw an acceptance (two-phase commit requeues a
     /// job that was not acknowledged in time). A job that had ended on our side runs again.
     Reissued,
+    /// The sidecar that held the job is gone (its machine was lost). Not yet accepted: hand it
+    /// to another; running: it failed.
+    Lost { reason: String },
+    /// No sidecar will run it (it waited past the pool's acquire timeout).
+    Abandon { reason: String },
 }
 
 /// A transition the machine does not define. Seeing one means a caller is confused about the
@@ -86,7 +98,18 @@ pub fn transition(
         (P::Running { .. }, E::Accepted) => phase.clone(),
         (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Ended) => P::Finished { at: now },
         (P::Finished { .. }, E::Accepted | E::Ended) => phase.clone(),
-        (P::Finished { .. }, E::Reissued) => P::Queued,
+        (P::Finished { .. } | P::Failing { .. }, E::Reissued) => P::Queued,
+        (P::Assigned { .. }, E::Lost { .. }) => P::Queued,
+        (P::Running { .. }, E::Lost { reason })
+        | (P::Queued | P::Assigned { .. }, E::Abandon { reason }) => P::Failing {
+            reason: reason.clone(),
+            since: now,
+        },
+        (P::Failing { .. }, E::Ended) => P::Finished { at: now },
+        // Nothing held by a sidecar to lose, or nothing left to give up; late calls change nothing.
+        (P::Queued | P::Failing { .. } | P::Finished { .. }, E::Lost { .. })
+        | (P::Running { .. } | P::Failing { .. } | P::Finished { .. }, E::Abandon { .. })
+        | (P::Failing { .. }, E::Accepted | E::AckTimedOut | E::HandOutFailed) => phase.clone(),
         // Not finished: the job is still ours where it is; the caller re-delivers its acceptance.
         (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Reissued) => phase.clone(),
         // A timeout or failed hand-out racing with the acceptance: the acceptance won.
@@ -94,7 +117,10 @@ pub fn transition(
             phase.clone()
         }
         (P::Queued, E::AckTimedOut | E::HandOutFailed)
-        | (P::Assigned { .. } | P::Running { .. } | P::Finished { .. }, E::HandedOut { .. }) => {
+        | (
+            P::Assigned { .. } | P::Running { .. } | P::Failing { .. } | P::Finished { .. },
+            E::HandedOut { .. },
+        ) => {
             return Err(InvalidTransition {
                 phase: phase.clone(),
                 event: event.clone(),
@@ -124,6 +150,7 @@ impl JobPhase {
             JobPhase::Queued => "queued",
             JobPhase::Assigned { .. } => "assigned",
             JobPhase::Running { .. } => "running",
+            JobPhase::Failing { .. } => "failing",
             JobPhase::Finished { .. } => "finished",
         }
     }
@@ -186,6 +213,54 @@ mod tests {
             (finished.clone(), E::Ended, Some(finished.clone())),
             (finished.clone(), E::HandedOut { sidecar: S }, None),
             (finished.clone(), E::Reissued, Some(P::Queued)),
+            (
+                assigned.clone(),
+                E::Lost { reason: "x".into() },
+                Some(P::Queued),
+            ),
+            (
+                running.clone(),
+                E::Lost { reason: "x".into() },
+                Some(P::Failing {
+                    reason: "x".into(),
+                    since: 100,
+                }),
+            ),
+            (
+                P::Queued,
+                E::Abandon { reason: "y".into() },
+                Some(P::Failing {
+                    reason: "y".into(),
+                    since: 100,
+                }),
+            ),
+            (
+                P::Failing {
+                    reason: "x".into(),
+                    since: 1,
+                },
+                E::Ended,
+                Some(P::Finished { at: 100 }),
+            ),
+            (
+                P::Failing {
+                    reason: "x".into(),
+                    since: 1,
+                },
+                E::Accepted,
+                Some(P::Failing {
+                    reason: "x".into(),
+                    since: 1,
+                }),
+            ),
+            (
+                P::Failing {
+                    reason: "x".into(),
+                    since: 1,
+                },
+                E::HandedOut { sidecar: S },
+                None,
+            ),
             (running.clone(), E::Reissued, Some(running.clone())),
             (assigned.clone(), E::Reissued, Some(assigned.clone())),
         ];
@@ -216,6 +291,12 @@ mod tests {
             Just(JobEvent::Accepted),
             Just(JobEvent::Ended),
             Just(JobEvent::Reissued),
+            Just(JobEvent::Lost {
+                reason: "lost".into()
+            }),
+            Just(JobEvent::Abandon {
+                reason: "late".into()
+            }),
         ]
     }
 

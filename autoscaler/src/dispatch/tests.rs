@@ -14,7 +14,7 @@ async fn setup(job_ids: &[u64]) -> (Arc<PoolQueue>, Arc<Jobs>) {
     for id in job_ids {
         let p =
             serde_json::to_vec(&serde_json::json!({"id": id, "token": format!("t{id}")})).unwrap();
-        jobs.accept("p", &p).await.unwrap();
+        jobs.accept("p", &p).unwrap();
     }
     (PoolQueue::new("p", jobs.clone()), jobs)
 }

@@ -30,26 +30,23 @@ fn payload(id: u64, deps: &[(u64, &str)]) -> Vec<u8> {
 async fn accept_stores_payload_byte_for_byte_and_is_idempotent() {
     let (jobs, store, _) = table();
     let p = payload(5, &[]);
-    assert_eq!(
-        jobs.accept("default", &p).await.unwrap(),
-        Accepted::New(JobId(5))
-    );
+    assert_eq!(jobs.accept("default", &p).unwrap(), Accepted::New(JobId(5)));
     assert_eq!(store.payload(JobId(5)).unwrap().unwrap(), &p[..]);
     assert_eq!(
         store.job(JobId(5)).unwrap().unwrap().phase,
         JobPhase::Queued
     );
     assert_eq!(
-        jobs.accept("default", &p).await.unwrap(),
+        jobs.accept("default", &p).unwrap(),
         Accepted::Again(JobId(5))
     );
-    assert!(jobs.accept("default", b"{}").await.is_err());
+    assert!(jobs.accept("default", b"{}").is_err());
 }
 
 #[tokio::test]
 async fn phases_are_persisted() {
     let (jobs, store, _) = table();
-    jobs.accept("default", &payload(5, &[])).await.unwrap();
+    jobs.accept("default", &payload(5, &[])).unwrap();
     jobs.apply(
         JobId(5),
         JobEvent::HandedOut {
@@ -84,8 +81,8 @@ async fn phases_are_persisted() {
 #[tokio::test]
 async fn only_the_jobs_own_token_opens_it() {
     let (jobs, _, _) = table();
-    jobs.accept("default", &payload(5, &[])).await.unwrap();
-    jobs.accept("default", &payload(6, &[])).await.unwrap();
+    jobs.accept("default", &payload(5, &[])).unwrap();
+    jobs.accept("default", &payload(6, &[])).unwrap();
     assert!(jobs.authorize(JobId(5), "glcbt-5").is_ok());
     assert_eq!(
         jobs.authorize(JobId(5), "glcbt-6"),
@@ -101,7 +98,6 @@ async fn only_the_jobs_own_token_opens_it() {
 async fn downloads_are_open_only_to_declared_dependencies() {
     let (jobs, _, _) = table();
     jobs.accept("default", &payload(20, &[(11, "glcbt-dep11")]))
-        .await
         .unwrap();
     // The dependency's own grant token and the dependent job's token both open it.
     assert!(jobs.authorize_download(JobId(11), "glcbt-dep11").is_ok());
@@ -125,8 +121,8 @@ async fn downloads_are_open_only_to_declared_dependencies() {
 #[tokio::test]
 async fn unacknowledged_hand_outs_and_finished_jobs_are_found() {
     let (jobs, store, clock) = table();
-    jobs.accept("default", &payload(5, &[])).await.unwrap();
-    jobs.accept("other", &payload(6, &[])).await.unwrap();
+    jobs.accept("default", &payload(5, &[])).unwrap();
+    jobs.accept("other", &payload(6, &[])).unwrap();
     jobs.apply(
         JobId(5),
         JobEvent::HandedOut {

@@ -14,7 +14,7 @@ use crate::config::ScalingConfig;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::scaler::{self, MachineView, ScalePolicy};
 use crate::core::{JobId, SidecarId};
-use crate::dispatch::SlotGate;
+use crate::dispatch::{PoolQueue, SlotGate};
 use crate::inject::Injector;
 use crate::jobs::Jobs;
 use crate::sidecars::Sidecars;
@@ -30,13 +30,26 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PoolController {
     pub machines: Arc<PoolMachines>,
     injector: Injector,
-    sidecars: Arc<Sidecars>,
-    jobs: Arc<Jobs>,
+    pub(super) sidecars: Arc<Sidecars>,
+    pub(super) jobs: Arc<Jobs>,
+    pub(super) queue: Arc<PoolQueue>,
     scaling: ScalingConfig,
     reconcile_interval: Duration,
     ready_timeout: Duration,
+    pub(super) silence_timeout: Duration,
     /// Machines with an injection in flight.
     injecting: Mutex<HashSet<String>>,
+    /// Machines being torn down.
+    tearing_down: Mutex<HashSet<String>>,
+}
+
+/// How the controller is set up.
+#[derive(Debug)]
+pub struct ControllerSettings {
+    pub scaling: ScalingConfig,
+    pub reconcile_interval: Duration,
+    pub ready_timeout: Duration,
+    pub silence_timeout: Duration,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -49,24 +62,30 @@ impl PoolController {
         injector: Injector,
         sidecars: Arc<Sidecars>,
         jobs: Arc<Jobs>,
-        scaling: ScalingConfig,
-        reconcile_interval: Duration,
-        ready_timeout: Duration,
+        queue: Arc<PoolQueue>,
+        settings: ControllerSettings,
     ) -> Arc<Self> {
         Arc::new(Self {
             machines,
             injector,
             sidecars,
             jobs,
-            scaling,
-            reconcile_interval,
-            ready_timeout,
+            queue,
+            scaling: settings.scaling,
+            reconcile_interval: settings.reconcile_interval,
+            ready_timeout: settings.ready_timeout,
+            silence_timeout: settings.silence_timeout,
             injecting: Mutex::new(HashSet::new()),
+            tearing_down: Mutex::new(HashSet::new()),
         })
     }
 
     fn pool(&self) -> &str {
         self.machines.pool()
+    }
+
+    pub fn delete_on_shutdown(&self) -> bool {
+        self.scaling.delete_on_shutdown
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
@@ -99,7 +118,17 @@ impl PoolController {
                 .and_then(|s| with_sidecars.get(&s).copied())
                 .unwrap_or(0)
         };
-        for m in self.machines.live() {
+        for m in self.machines.snapshot() {
+            let out_of_service = matches!(
+                m.state,
+                MachineState::Failed | MachineState::Destroying | MachineState::Gone
+            );
+            if let Some(sidecar) = m.sidecar
+                && out_of_service
+                && running(&m) > 0
+            {
+                self.release_jobs(&m, sidecar);
+            }
             let result = match m.state {
                 MachineState::Booting => {
                     self.clone().start_injection(&m);
@@ -109,11 +138,22 @@ impl PoolController {
                     .machines
                     .apply(&m.id, MachineEvent::JobsDone, "")
                     .map(|_| ()),
+                MachineState::Ready | MachineState::Busy | MachineState::Draining => {
+                    match self.silent(&m) {
+                        Some(reason) => {
+                            tracing::warn!(pool = %self.pool(), machine.id = %m.id, %reason, "machine lost");
+                            self.machines
+                                .apply(&m.id, MachineEvent::Fail, &reason)
+                                .map(|_| ())
+                        }
+                        None => Ok(()),
+                    }
+                }
                 MachineState::Failed => {
-                    self.teardown(&m).await;
+                    self.clone().start_teardown(&m);
                     Ok(())
                 }
-                MachineState::Destroying => {
+                MachineState::Destroying | MachineState::Gone => {
                     self.revoke(&m).await;
                     Ok(())
                 }
@@ -127,7 +167,7 @@ impl PoolController {
     }
 
     /// The scaler's decision, executed.
-    async fn scale(&self, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
+    async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
         let live = self.machines.live();
         let views: Vec<MachineView> = live
             .iter()
@@ -160,7 +200,7 @@ impl PoolController {
                     tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot retire the machine");
                     continue;
                 }
-                self.teardown(&m).await;
+                self.clone().start_teardown(&m);
             }
         }
         if plan.create > 0 {
@@ -174,6 +214,50 @@ impl PoolController {
                     tracing::error!(pool = %self.pool(), error = %e, "cannot create machines")
                 }
             }
+        }
+    }
+
+    /// Tears a machine down in the background, once.
+    fn start_teardown(self: Arc<Self>, m: &MachineRecord) {
+        {
+            let mut busy = self
+                .tearing_down
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !busy.insert(m.id.clone()) {
+                return;
+            }
+        }
+        let m = m.clone();
+        tokio::spawn(async move {
+            self.teardown(&m).await;
+            self.tearing_down
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&m.id);
+        });
+    }
+
+    /// Destroys every machine of the pool (`delete_on_shutdown`), within `within`.
+    pub async fn retire_all(self: Arc<Self>, within: Duration) {
+        let all = self.machines.live();
+        tracing::info!(pool = %self.pool(), machines = all.len(), "destroying the pool's machines (delete_on_shutdown)");
+        let teardowns = all.iter().map(|m| {
+            let this = self.clone();
+            async move {
+                let _ = this.machines.apply(
+                    &m.id,
+                    MachineEvent::Destroy,
+                    "autoscaler shut down (delete_on_shutdown)",
+                );
+                this.teardown(m).await;
+            }
+        });
+        if tokio::time::timeout(within, futures::future::join_all(teardowns))
+            .await
+            .is_err()
+        {
+            tracing::warn!(pool = %self.pool(), "not every machine was destroyed before the deadline; the next start finishes the job");
         }
     }
 

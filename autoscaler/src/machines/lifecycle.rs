@@ -324,6 +324,8 @@ impl PoolMachines {
                 MachineEvent::Destroy,
                 machine.reason.as_deref().unwrap_or(""),
             )?;
+            // The decision is on disk before the provider acts on it.
+            self.store.durable().await?;
         }
         let Some(provider_id) = machine.provider_id.clone() else {
             // Nothing to call: its create never answered. The reconcile pass binds it by key if

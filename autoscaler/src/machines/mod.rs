@@ -2,9 +2,10 @@
 //! state) and the calls that move them through their lifecycle (`lifecycle.rs`).
 
 mod controller;
+mod health;
 mod lifecycle;
 
-pub use controller::PoolController;
+pub use controller::{ControllerSettings, PoolController};
 
 #[cfg(test)]
 mod tests;

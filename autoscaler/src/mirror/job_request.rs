@@ -59,20 +59,26 @@ pub async fn request_job(
         .and_then(|r| pool.queue.replay(sidecar.id(), r))
     {
         tracing::info!(job.id = %id, "retried job request answered with the job it was already given");
-        return job_response(&app, id);
+        return job_response(&app, id).await;
     }
-    match pool
+    let waited = pool
         .queue
         .wait_for_job(sidecar.id(), request_id, app.limits.long_poll)
-        .await
-    {
-        Some(id) => job_response(&app, id),
+        .await;
+    app.sidecars.note_seen(&sidecar);
+    match waited {
+        Some(id) => job_response(&app, id).await,
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
 
-/// `201`, `application/json`, the payload exactly as GitLab sent it.
-fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
+/// `201`, `application/json`, the payload exactly as GitLab sent it, once the job's acceptance
+/// and this hand-out are on disk.
+async fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
+    app.jobs
+        .durable()
+        .await
+        .map_err(|e| ApiError::Internal(format!("the store cannot make job {id} durable: {e}")))?;
     tracing::Span::current().record("job.id", id.0);
     let payload = app
         .jobs

@@ -7,7 +7,7 @@
 mod body;
 mod error;
 mod job_request;
-pub mod relay;
+mod relay;
 mod runners;
 
 use std::collections::HashMap;
@@ -22,6 +22,7 @@ use tower_http::trace::TraceLayer;
 pub use error::ApiError;
 
 use crate::config::Config;
+use crate::delivery::Delivery;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
 use crate::pools::Pool;
@@ -36,6 +37,7 @@ pub struct App {
     pub jobs: Arc<Jobs>,
     pub sidecars: Arc<Sidecars>,
     pub upstream: Arc<dyn Upstream>,
+    pub delivery: Arc<Delivery>,
     pub limits: Limits,
     /// The machines of each pool that has a provisioner.
     pub machines: HashMap<String, Arc<PoolMachines>>,
@@ -73,6 +75,7 @@ impl App {
         jobs: Arc<Jobs>,
         sidecars: Arc<Sidecars>,
         upstream: Arc<dyn Upstream>,
+        delivery: Arc<Delivery>,
         limits: Limits,
     ) -> Self {
         let registration = pools
@@ -90,6 +93,7 @@ impl App {
             jobs,
             sidecars,
             upstream,
+            delivery,
             limits,
             machines: HashMap::new(),
             registration,

@@ -5,6 +5,9 @@
 //! it, so the autoscaler is not an open proxy. What passes is forwarded with its body and the
 //! headers a runner sends, and GitLab's status and runner-relevant headers come back as they
 //! were. Artifacts stream through in both directions.
+//!
+//! Per-job order towards GitLab is kept: nothing is relayed for a job whose acknowledgement
+//! GitLab has not taken, and no final state before its spooled artifacts (see `delivery.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,22 +16,18 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use futures::TryStreamExt;
 use serde::Deserialize;
 
 use super::body::{header, read_limited};
 use super::{ApiError, App};
 use crate::core::JobId;
-use crate::core::job::JobEvent;
-use crate::jobs::Jobs;
+use crate::core::job::{JobEvent, JobPhase};
+use crate::delivery::DeliveryError;
 use crate::store::JobRecord;
 use crate::upstream::{
-    Forward, ForwardBody, Forwarded, Upstream, filter_request_headers, filter_response_headers,
+    Forward, ForwardBody, Forwarded, filter_request_headers, filter_response_headers,
 };
-
-/// How long one attempt to deliver a pending acceptance may take.
-const ACCEPTANCE_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn job_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse::<u64>()
@@ -36,16 +35,37 @@ fn job_id(raw: &str) -> Result<JobId, ApiError> {
         .map_err(|_| ApiError::NotFound(format!("{raw:?} is not a job id")))
 }
 
-fn note_job(record: &JobRecord) {
+fn note_job(app: &App, record: &JobRecord) {
     let span = tracing::Span::current();
     span.record("job.id", record.id.0);
     span.record("pool", record.pool.as_str());
+    // A call for a job is a sign of life from the sidecar that runs it.
+    let sidecar = match &record.phase {
+        JobPhase::Assigned { sidecar, .. } => Some(*sidecar),
+        JobPhase::Running { sidecar, .. } => *sidecar,
+        _ => None,
+    };
+    if let Some(s) = sidecar.and_then(|id| app.sidecars.by_id(id)) {
+        app.sidecars.note_seen(&s);
+    }
 }
 
 fn job_token(headers: &HeaderMap) -> Result<&str, ApiError> {
     header(headers, "job-token").ok_or_else(|| ApiError::Forbidden("no JOB-TOKEN".into()))
 }
 
+impl From<DeliveryError> for ApiError {
+    fn from(e: DeliveryError) -> Self {
+        match e {
+            DeliveryError::Upstream(u) => u.into(),
+            other => ApiError::BadGateway(format!(
+                "GitLab has not taken what it is owed for this job yet: {other}"
+            )),
+        }
+    }
+}
+
+/// Relays a call, noting whether GitLab answered (a failing GitLab makes uploads spool).
 async fn forward(
     app: &App,
     method: Method,
@@ -63,63 +83,15 @@ async fn forward(
         body,
         timeout,
     };
-    Ok(app.upstream.forward(call).await?)
-}
-
-/// Sends a job's acceptance that GitLab has not confirmed yet (it was down when the sidecar sent
-/// it). `Ok` once GitLab answered with anything but a server error: then it has either taken the
-/// acceptance or made up its mind about the job, and later calls get its verdict.
-pub async fn deliver_acceptance(
-    upstream: &dyn Upstream,
-    jobs: &Jobs,
-    id: JobId,
-    body: Bytes,
-) -> Result<(), ApiError> {
-    let Some(record) = jobs.get(id) else {
-        return Ok(());
-    };
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    if let Ok(token) = http::HeaderValue::from_str(record.token.expose()) {
-        headers.insert("job-token", token);
-    }
-    let call = Forward {
-        method: Method::PUT,
-        path: format!("/api/v4/jobs/{id}"),
-        query: None,
-        headers,
-        body: ForwardBody::Bytes(body.clone()),
-        timeout: ACCEPTANCE_TIMEOUT,
-    };
-    let result = upstream.forward(call).await;
-    match result {
-        Ok(f) if !f.status.is_server_error() => {
-            jobs.set_pending_acceptance(id, None);
-            Ok(())
-        }
+    match app.upstream.forward(call).await {
         Ok(f) => {
-            jobs.set_pending_acceptance(id, Some(body));
-            Err(ApiError::BadGateway(format!(
-                "GitLab answered {} to the job's acceptance",
-                f.status
-            )))
+            app.delivery.gitlab_answered(!f.status.is_server_error());
+            Ok(f)
         }
         Err(e) => {
-            jobs.set_pending_acceptance(id, Some(body));
+            app.delivery.gitlab_answered(false);
             Err(e.into())
         }
-    }
-}
-
-/// Before relaying anything else for a job whose acceptance GitLab has not seen, deliver it;
-/// while GitLab cannot take it, the call is answered `502` (the runner retries) and not sent.
-async fn ensure_accepted(app: &App, id: JobId) -> Result<(), ApiError> {
-    match app.jobs.pending_acceptance(id) {
-        None => Ok(()),
-        Some(body) => deliver_acceptance(app.upstream.as_ref(), &app.jobs, id, body).await,
     }
 }
 
@@ -156,41 +128,47 @@ pub async fn update_job(
         .or_else(|| header(&headers, "job-token"))
         .ok_or_else(|| ApiError::Forbidden("no job token".into()))?;
     let record = app.jobs.authorize(id, token)?;
-    note_job(&record);
+    note_job(&app, &record);
     let state = update.state.as_deref().unwrap_or("");
     let accepting = state == "running";
+    let is_final = matches!(state, "success" | "failed");
     if accepting {
-        // The sidecar has the job whatever GitLab says next: it leaves the hand-out queue now.
+        // The sidecar has the job whatever GitLab says next: it leaves the hand-out queue now,
+        // and its update is itself an acknowledgement.
         record_event(&app, id, JobEvent::Accepted);
     } else {
-        ensure_accepted(&app, id).await?;
+        app.delivery.ensure_acknowledged(id).await?;
     }
-    let sent = forward(
+    if is_final {
+        // The job token stops working once GitLab has the final state: artifacts first.
+        app.delivery.upload_spooled(id).await?;
+    }
+    let forwarded = forward(
         &app,
         Method::PUT,
         format!("/api/v4/jobs/{id}"),
         None,
         &headers,
-        ForwardBody::Bytes(bytes.clone()),
+        ForwardBody::Bytes(bytes),
         app.limits.call_timeout,
     )
-    .await;
-    if accepting {
-        // A `running` update that GitLab did not take is kept, to be delivered before anything
-        // else for the job: a stock runner runs the job anyway and never resends it.
-        let unconfirmed = sent.as_ref().map_or(true, |f| f.status.is_server_error());
-        app.jobs
-            .set_pending_acceptance(id, unconfirmed.then_some(bytes));
-    }
-    let forwarded = sent?;
+    .await?;
     let status = forwarded.status.as_u16();
-    let is_final = matches!(state, "success" | "failed");
+    if accepting && status == 200 {
+        note(app.jobs.set_acknowledged(id, true));
+    }
     if (is_final && status == 200) || status == 403 || status == 404 {
         // GitLab has the final state, or no longer accepts anything for this job.
         record_event(&app, id, JobEvent::Ended);
         tracing::info!(state, upstream_status = status, "job ended");
     }
     Ok(respond(forwarded))
+}
+
+fn note<E: std::fmt::Display>(result: Result<(), E>) {
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "job record not updated");
+    }
 }
 
 fn record_event(app: &App, id: JobId, event: JobEvent) {
@@ -233,7 +211,7 @@ pub async fn patch_trace(
     let id = job_id(&raw_id)?;
     let token = job_token(&headers)?;
     let record = app.jobs.authorize(id, token)?;
-    note_job(&record);
+    note_job(&app, &record);
     let (start, end) = content_range(&headers)?;
     let bytes = read_limited(body, &headers, app.limits.trace_patch_bytes).await?;
     if end - start + 1 != bytes.len() as u64 {
@@ -248,7 +226,7 @@ pub async fn patch_trace(
     {
         return Err(ApiError::RangeMismatch { start, length });
     }
-    ensure_accepted(&app, id).await?;
+    app.delivery.ensure_acknowledged(id).await?;
     let forwarded = forward(
         &app,
         Method::PATCH,
@@ -270,7 +248,8 @@ pub async fn patch_trace(
     Ok(respond(forwarded))
 }
 
-/// `POST /api/v4/jobs/:id/artifacts`: streamed to GitLab as it arrives.
+/// `POST /api/v4/jobs/:id/artifacts`: streamed to GitLab as it arrives; while GitLab is failing,
+/// kept on disk instead and answered `201`, to be uploaded before the job's final state.
 pub async fn upload_artifacts(
     State(app): State<Arc<App>>,
     Path(raw_id): Path<String>,
@@ -281,16 +260,27 @@ pub async fn upload_artifacts(
     let id = job_id(&raw_id)?;
     let token = job_token(&headers)?;
     let record = app.jobs.authorize(id, token)?;
-    note_job(&record);
-    ensure_accepted(&app, id).await?;
-    let stream = body.into_data_stream().map_err(std::io::Error::other);
+    note_job(&app, &record);
+    let stream = Box::pin(body.into_data_stream().map_err(std::io::Error::other));
+    if app.delivery.gitlab_failing() {
+        let content_type = header(&headers, "content-type")
+            .unwrap_or("application/octet-stream")
+            .to_string();
+        app.delivery.spool(id, query, content_type, stream).await?;
+        return Ok((
+            axum::http::StatusCode::CREATED,
+            axum::Json(serde_json::json!({})),
+        )
+            .into_response());
+    }
+    app.delivery.ensure_acknowledged(id).await?;
     let forwarded = forward(
         &app,
         Method::POST,
         format!("/api/v4/jobs/{id}/artifacts"),
         query,
         &headers,
-        ForwardBody::Stream(Box::pin(stream)),
+        ForwardBody::Stream(stream),
         app.limits.artifact_timeout,
     )
     .await?;

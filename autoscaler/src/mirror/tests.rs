@@ -68,7 +68,20 @@ fn harness() -> Harness {
         call_timeout: Duration::from_secs(5),
         artifact_timeout: Duration::from_secs(5),
     };
-    let app = Arc::new(App::new(pools, jobs, sidecars, upstream.clone(), limits));
+    let delivery = crate::delivery::Delivery::new(
+        upstream.clone(),
+        jobs.clone(),
+        Arc::new(SystemClock),
+        std::env::temp_dir().join(format!("autoscaler-spool-{}", std::process::id())),
+    );
+    let app = Arc::new(App::new(
+        pools,
+        jobs,
+        sidecars,
+        upstream.clone(),
+        delivery,
+        limits,
+    ));
     Harness { app, upstream }
 }
 
@@ -120,7 +133,9 @@ impl Harness {
             "dependencies": deps, "variables": [{"key": "X", "value": "é ✓"}]
         }))
         .unwrap();
-        self.app.jobs.accept(pool, &payload).await.unwrap();
+        self.app.jobs.accept(pool, &payload).unwrap();
+        // As if a sidecar's acceptance had reached GitLab; tests of the acknowledgement undo it.
+        self.app.jobs.set_acknowledged(JobId(id), true).unwrap();
         self.app.pools[pool].queue.offer(JobId(id));
         payload
     }
@@ -538,6 +553,7 @@ async fn nothing_a_sidecar_receives_contains_an_upstream_token() {
 async fn an_acceptance_gitlab_missed_is_delivered_before_anything_else() {
     let h = harness();
     h.queue_job("a", 110, json!([])).await;
+    h.app.jobs.set_acknowledged(JobId(110), false).unwrap();
     // GitLab is down when the sidecar accepts the job: the runner gets the 502 and runs anyway.
     h.upstream.answer(Ok(Scripted::new(502)));
     assert_eq!(
@@ -564,20 +580,26 @@ async fn an_acceptance_gitlab_missed_is_delivered_before_anything_else() {
         StatusCode::ACCEPTED
     );
     let calls = h.upstream.calls();
-    let sequence: Vec<(&str, &[u8])> = calls
+    let sequence: Vec<(&str, Value)> = calls
         .iter()
-        .map(|c| (c.path.as_str(), c.body.as_ref()))
+        .map(|c| {
+            (
+                c.path.as_str(),
+                serde_json::from_slice(&c.body).unwrap_or(Value::Null),
+            )
+        })
         .collect();
-    let acceptance: &[u8] = br#"{"token":"glcbt-job110","state":"running"}"#;
+    let acceptance = json!({"token": "glcbt-job110", "state": "running"});
     assert_eq!(
         sequence,
         vec![
+            ("/api/v4/jobs/110", acceptance.clone()),
+            ("/api/v4/jobs/110", acceptance.clone()),
             ("/api/v4/jobs/110", acceptance),
-            ("/api/v4/jobs/110", acceptance),
-            ("/api/v4/jobs/110", acceptance),
-            ("/api/v4/jobs/110/trace", &b"ab"[..]),
+            ("/api/v4/jobs/110/trace", Value::Null),
         ]
     );
+    assert_eq!(calls[3].body.as_ref(), b"ab");
     // Delivered once; later calls go straight through.
     h.upstream.answer(Ok(Scripted::new(200)));
     assert_eq!(
@@ -585,4 +607,65 @@ async fn an_acceptance_gitlab_missed_is_delivered_before_anything_else() {
         StatusCode::OK
     );
     assert_eq!(h.upstream.calls().len(), 5);
+}
+
+fn upload(id: u64, body: &'static str) -> Request<Body> {
+    Request::post(format!("/api/v4/jobs/{id}/artifacts?artifact_type=archive"))
+        .header("job-token", format!("glcbt-job{id}"))
+        .header("content-type", "multipart/form-data; boundary=XYZ")
+        .body(Body::from(body))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn artifacts_taken_while_gitlab_fails_are_kept_and_sent_before_the_final_state() {
+    let h = harness();
+    h.queue_job("a", 120, json!([])).await;
+    h.app.delivery.gitlab_answered(false);
+    let body = "--XYZ\r\nartifact bytes\r\n--XYZ--\r\n";
+    assert_eq!(h.call(upload(120, body)).await.status, StatusCode::CREATED);
+    assert!(
+        h.upstream.calls().is_empty(),
+        "nothing sent while GitLab fails"
+    );
+    let spooled = h.app.jobs.get(JobId(120)).unwrap().spooled;
+    assert_eq!(spooled.len(), 1);
+    assert_eq!(std::fs::read(&spooled[0].file).unwrap(), body.as_bytes());
+
+    // Still failing at the final update: the artifacts cannot go, so neither does the final state.
+    h.upstream.answer(Ok(Scripted::new(503)));
+    assert_eq!(
+        h.call(put_job(120, "glcbt-job120", "success")).await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    assert_eq!(h.upstream.calls().len(), 1);
+    assert!(
+        h.app
+            .jobs
+            .phase(JobId(120))
+            .is_some_and(|p| !p.is_finished())
+    );
+
+    // GitLab is back: artifacts first, then the final state.
+    h.upstream.answer(Ok(Scripted::new(201)));
+    h.upstream.answer(Ok(Scripted::new(200)));
+    assert_eq!(
+        h.call(put_job(120, "glcbt-job120", "success")).await.status,
+        StatusCode::OK
+    );
+    let calls = h.upstream.calls();
+    assert_eq!(calls[1].path, "/api/v4/jobs/120/artifacts");
+    assert_eq!(calls[1].query.as_deref(), Some("artifact_type=archive"));
+    assert_eq!(
+        calls[1].headers["content-type"],
+        "multipart/form-data; boundary=XYZ"
+    );
+    assert_eq!(calls[1].body.as_ref(), body.as_bytes());
+    assert_eq!(calls[2].path, "/api/v4/jobs/120");
+    assert!(h.app.jobs.get(JobId(120)).unwrap().spooled.is_empty());
+    assert!(
+        !std::path::Path::new(&spooled[0].file).exists(),
+        "the spool file is removed once delivered"
+    );
+    assert!(h.app.jobs.phase(JobId(120)).unwrap().is_finished());
 }

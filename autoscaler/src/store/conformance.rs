@@ -18,6 +18,13 @@ fn job(id: u64) -> JobRecord {
         project_id: Some(4),
         phase: JobPhase::Queued,
         accepted_at: 1_000,
+        acknowledged: false,
+        spooled: vec![SpooledUpload {
+            file: "spool/1".into(),
+            query: Some("artifact_type=archive".into()),
+            content_type: "multipart/form-data; boundary=x".into(),
+            size: 10,
+        }],
     }
 }
 

@@ -18,7 +18,7 @@ use crate::core::{JobId, SidecarId};
 pub use memory::MemoryStore;
 pub use records::{
     DependencyGrant, Endpoint, HostKey, HostKeySource, JobRecord, MachineRecord, RECORD_VERSION,
-    SidecarRecord, TimelineEntry,
+    SidecarRecord, SpooledUpload, TimelineEntry,
 };
 pub use sled_store::SledStore;
 

@@ -29,6 +29,22 @@ pub struct JobRecord {
     pub project_id: Option<u64>,
     pub phase: JobPhase,
     pub accepted_at: Millis,
+    /// GitLab confirmed an acceptance (`PUT state=running` answered `200`), the sidecar's or
+    /// ours. Until then the autoscaler owes GitLab one.
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// Artifact uploads taken while GitLab could not, kept on disk until GitLab has them.
+    #[serde(default)]
+    pub spooled: Vec<SpooledUpload>,
+}
+
+/// An artifact upload kept on disk for GitLab.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpooledUpload {
+    pub file: String,
+    pub query: Option<String>,
+    pub content_type: String,
+    pub size: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,17 +34,6 @@ pub enum Denied {
     WrongToken(JobId),
 }
 
-/// What to do about a job GitLab handed out again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reissue {
-    /// It had ended here; offer it to the pool again.
-    RunAgain,
-    /// A sidecar runs it but GitLab never got the acceptance: send this acceptance body now.
-    Reaccept(Bytes),
-    /// It is queued or handed out already; nothing to do.
-    AlreadyQueued,
-}
-
 /// The outcome of taking a job from GitLab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
@@ -61,10 +50,6 @@ struct Held {
     /// The trace length GitLab last confirmed (`Range: 0-<n>`), when known. Lets the relay answer
     /// a patch at the wrong offset with `416` without a round trip.
     trace_length: Option<u64>,
-    /// A sidecar's acceptance (`PUT state=running` body) that GitLab did not confirm because it
-    /// was down. Delivered before any later call for the job, so that GitLab never sees trace or
-    /// a final state for a job it still thinks is waiting for acknowledgement.
-    pending_acceptance: Option<Bytes>,
 }
 
 #[derive(Debug)]
@@ -88,7 +73,6 @@ impl Jobs {
                     Held {
                         record,
                         trace_length: None,
-                        pending_acceptance: None,
                     },
                 )
             })
@@ -117,8 +101,10 @@ impl Jobs {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records a job GitLab gave `pool`, durably, before anyone may see it.
-    pub async fn accept(&self, pool: &str, payload: &[u8]) -> Result<Accepted, JobsError> {
+    /// Records a job GitLab gave `pool`. Written, not yet flushed: whoever acts on the job
+    /// (hands it out, acknowledges it) first awaits [`Jobs::durable`], so that one flush covers
+    /// the acceptance and the hand-out.
+    pub fn accept(&self, pool: &str, payload: &[u8]) -> Result<Accepted, JobsError> {
         let facts = payload::parse(payload)?;
         if self.lock().contains_key(&facts.id) {
             return Ok(Accepted::Again(facts.id));
@@ -140,20 +126,18 @@ impl Jobs {
             project_id: facts.project_id,
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
+            acknowledged: false,
+            spooled: Vec::new(),
         };
-        let stored = match self
+        let stored = self
             .store
             .put_payload(record.id, payload)
-            .and_then(|()| self.store.put_job(&record))
-        {
-            Ok(()) => self.store.durable().await,
-            Err(e) => Err(e),
-        };
+            .and_then(|()| self.store.put_job(&record));
         if let Err(e) = stored {
             // GitLab already considers the job ours; refusing it now would strand it there until
             // GitLab's own stuck-job timeout. Running it without crash protection is the lesser harm.
             tracing::error!(job.id = %record.id, pool, error = %e,
-                "job could not be stored durably; handing it out anyway (it would not survive a crash)");
+                "job could not be stored; handing it out anyway (it would not survive a crash)");
         }
         let id = record.id;
         self.lock().insert(
@@ -161,11 +145,33 @@ impl Jobs {
             Held {
                 record,
                 trace_length: None,
-                pending_acceptance: None,
             },
         );
         self.bump();
         Ok(Accepted::New(id))
+    }
+
+    /// Resolves once everything written so far (acceptances, hand-outs) is on disk. Concurrent
+    /// callers share one flush.
+    pub async fn durable(&self) -> Result<(), StoreError> {
+        self.store.durable().await
+    }
+
+    /// Changes a job's record (not its phase), persisted.
+    pub(crate) fn update(
+        &self,
+        id: JobId,
+        change: impl FnOnce(&mut JobRecord),
+    ) -> Result<(), JobsError> {
+        let mut held = self.lock();
+        let job = held.get_mut(&id).ok_or(JobsError::Unknown(id))?;
+        let mut record = job.record.clone();
+        change(&mut record);
+        self.store.put_job(&record)?;
+        job.record = record;
+        drop(held);
+        self.bump();
+        Ok(())
     }
 
     /// Applies `event` to job `id`, persisting the new phase (without waiting for the disk:
@@ -200,49 +206,6 @@ impl Jobs {
         self.store.payload(id)
     }
 
-    /// May a call presenting `token` act on job `id`? Only the job's own token opens it.
-    pub fn authorize(&self, id: JobId, token: &str) -> Result<JobRecord, Denied> {
-        let held = self.lock();
-        let job = held.get(&id).ok_or(Denied::UnknownJob(id))?;
-        if job.record.token.matches(token) {
-            Ok(job.record.clone())
-        } else {
-            Err(Denied::WrongToken(id))
-        }
-    }
-
-    /// May `token` download the artifacts of job `id`? Yes if `id` is a job we hold and the token
-    /// is its own, or `id` is a declared dependency of a live job we hold and the token is the
-    /// one GitLab gave for that dependency (or the dependent job's own token).
-    pub fn authorize_download(&self, id: JobId, token: &str) -> Result<(), Denied> {
-        let held = self.lock();
-        if let Some(job) = held.get(&id)
-            && job.record.token.matches(token)
-        {
-            return Ok(());
-        }
-        let granted = held.values().any(|j| {
-            !j.record.phase.is_finished()
-                && j.record.dependencies.iter().any(|d| d.id == id)
-                && (j.record.token.matches(token)
-                    || j.record
-                        .dependencies
-                        .iter()
-                        .any(|d| d.id == id && d.token.matches(token)))
-        });
-        if granted {
-            Ok(())
-        } else if held.contains_key(&id)
-            || held
-                .values()
-                .any(|j| j.record.dependencies.iter().any(|d| d.id == id))
-        {
-            Err(Denied::WrongToken(id))
-        } else {
-            Err(Denied::UnknownJob(id))
-        }
-    }
-
     pub fn trace_length(&self, id: JobId) -> Option<u64> {
         self.lock().get(&id).and_then(|j| j.trace_length)
     }
@@ -251,50 +214,6 @@ impl Jobs {
         if let Some(j) = self.lock().get_mut(&id) {
             j.trace_length = Some(length);
         }
-    }
-
-    pub fn pending_acceptance(&self, id: JobId) -> Option<Bytes> {
-        self.lock()
-            .get(&id)
-            .and_then(|j| j.pending_acceptance.clone())
-    }
-
-    /// Remembers (`Some`) or forgets (`None`) an acceptance GitLab has not confirmed.
-    pub fn set_pending_acceptance(&self, id: JobId, body: Option<Bytes>) {
-        if let Some(j) = self.lock().get_mut(&id) {
-            j.pending_acceptance = body;
-        }
-    }
-
-    /// GitLab handed out a job we already hold. What it means depends on where the job is.
-    pub fn reissued(&self, id: JobId, payload: &[u8]) -> Result<Reissue, JobsError> {
-        let (before, after) = self.apply(id, JobEvent::Reissued)?;
-        Ok(match (before, after) {
-            (JobPhase::Finished { .. }, JobPhase::Queued) => {
-                // The run we knew ended; GitLab wants the job run. The payload may be new.
-                self.store.put_payload(id, payload)?;
-                if let Some(j) = self.lock().get_mut(&id) {
-                    j.trace_length = None;
-                    j.pending_acceptance = None;
-                }
-                Reissue::RunAgain
-            }
-            (JobPhase::Running { .. }, _) => Reissue::Reaccept(
-                self.pending_acceptance(id)
-                    .unwrap_or_else(|| self.synthesized_acceptance(id)),
-            ),
-            _ => Reissue::AlreadyQueued,
-        })
-    }
-
-    /// The smallest acceptance GitLab takes: the job token and `state: running`.
-    fn synthesized_acceptance(&self, id: JobId) -> Bytes {
-        let token = self
-            .lock()
-            .get(&id)
-            .map(|j| j.record.token.expose().to_string())
-            .unwrap_or_default();
-        Bytes::from(serde_json::json!({"token": token, "state": "running"}).to_string())
     }
 
     /// Jobs of `pool` handed out longer than `window` ago without acceptance.
@@ -335,11 +254,17 @@ impl Jobs {
         counts
     }
 
-    /// Jobs of `pool` not finished (queued, handed out or running).
+    /// Jobs of `pool` queued, handed out or running: what the pool has to find room for.
     pub fn active_in_pool(&self, pool: &str) -> usize {
         self.lock()
             .values()
-            .filter(|j| j.record.pool == pool && !j.record.phase.is_finished())
+            .filter(|j| {
+                j.record.pool == pool
+                    && matches!(
+                        j.record.phase,
+                        JobPhase::Queued | JobPhase::Assigned { .. } | JobPhase::Running { .. }
+                    )
+            })
             .count()
     }
 
@@ -406,6 +331,11 @@ impl Jobs {
         Ok(done.len())
     }
 }
+
+mod access;
+mod owed;
+
+pub use owed::Reissue;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,139 @@
+//! What the autoscaler owes GitLab for each job, and keeps until GitLab has it: the job's
+//! acknowledgement, artifact uploads taken while GitLab was down, the failure of a job whose
+//! machine was lost. All of it is in the job's record, so a restart owes the same.
+
+use bytes::Bytes;
+
+use super::{Jobs, JobsError};
+use crate::core::job::{JobEvent, JobPhase};
+use crate::core::{JobId, Millis, SidecarId};
+use crate::store::{JobRecord, SpooledUpload};
+
+/// What to do about a job GitLab handed out again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reissue {
+    /// It had ended here; offer it to the pool again.
+    RunAgain,
+    /// It is still ours (queued, handed out or running): GitLab just needs its acknowledgement
+    /// again, which the next delivery sends.
+    Reacknowledge,
+}
+
+impl Jobs {
+    /// The smallest acceptance GitLab takes for a job: its token and `state: running`.
+    pub fn acceptance_body(&self, id: JobId) -> Option<Bytes> {
+        let token = self.lock().get(&id)?.record.token.expose().to_string();
+        Some(Bytes::from(
+            serde_json::json!({"token": token, "state": "running"}).to_string(),
+        ))
+    }
+
+    pub fn is_acknowledged(&self, id: JobId) -> bool {
+        self.lock().get(&id).is_none_or(|j| j.record.acknowledged)
+    }
+
+    /// GitLab confirmed an acceptance of the job.
+    pub fn set_acknowledged(&self, id: JobId, acknowledged: bool) -> Result<(), JobsError> {
+        if self
+            .lock()
+            .get(&id)
+            .is_some_and(|j| j.record.acknowledged == acknowledged)
+        {
+            return Ok(());
+        }
+        self.update(id, |r| r.acknowledged = acknowledged)
+    }
+
+    /// GitLab handed out a job we already hold. What it means depends on where the job is.
+    pub fn reissued(&self, id: JobId, payload: &[u8]) -> Result<Reissue, JobsError> {
+        let (before, after) = self.apply(id, JobEvent::Reissued)?;
+        // Whatever we thought, GitLab did not count an acceptance.
+        self.set_acknowledged(id, false)?;
+        if before != after {
+            // The run we knew ended (or failed); GitLab wants the job run. The payload may be new.
+            self.store.put_payload(id, payload)?;
+            if let Some(j) = self.lock().get_mut(&id) {
+                j.trace_length = None;
+            }
+            return Ok(Reissue::RunAgain);
+        }
+        Ok(Reissue::Reacknowledge)
+    }
+
+    pub fn add_spooled(&self, id: JobId, upload: SpooledUpload) -> Result<(), JobsError> {
+        self.update(id, |r| r.spooled.push(upload))
+    }
+
+    pub fn remove_spooled(&self, id: JobId, file: &str) -> Result<(), JobsError> {
+        self.update(id, |r| r.spooled.retain(|u| u.file != file))
+    }
+
+    /// Jobs for which GitLab is owed something now: an acknowledgement (for jobs waiting for or
+    /// handed to a sidecar longer than `ack_grace`: a sidecar acknowledges at once itself),
+    /// spooled uploads, or a failure.
+    pub fn owing(&self, ack_grace: Millis) -> Vec<JobRecord> {
+        let now = self.clock.now();
+        self.lock()
+            .values()
+            .map(|j| &j.record)
+            .filter(|r| {
+                let ack_due = !r.acknowledged
+                    && match &r.phase {
+                        JobPhase::Queued => true,
+                        JobPhase::Assigned { at, .. } => now.saturating_sub(*at) >= ack_grace,
+                        JobPhase::Running { since, .. } => now.saturating_sub(*since) >= ack_grace,
+                        JobPhase::Failing { .. } | JobPhase::Finished { .. } => false,
+                    };
+                ack_due || !r.spooled.is_empty() || matches!(r.phase, JobPhase::Failing { .. })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The sidecar holding these jobs is gone: those it had not accepted go back to the queue
+    /// (returned, to be offered again), those it ran are failing.
+    pub fn lose_sidecar(&self, sidecar: SidecarId, reason: &str) -> Result<Vec<JobId>, JobsError> {
+        let held: Vec<JobId> = self
+            .lock()
+            .values()
+            .filter(|j| match &j.record.phase {
+                JobPhase::Assigned { sidecar: s, .. } => *s == sidecar,
+                JobPhase::Running { sidecar: s, .. } => *s == Some(sidecar),
+                _ => false,
+            })
+            .map(|j| j.record.id)
+            .collect();
+        let mut requeued = Vec::new();
+        for id in held {
+            let (before, after) = self.apply(
+                id,
+                JobEvent::Lost {
+                    reason: reason.to_string(),
+                },
+            )?;
+            match after {
+                JobPhase::Queued => requeued.push(id),
+                JobPhase::Failing { .. } => {
+                    tracing::warn!(job.id = %id, sidecar.id = %sidecar, %reason, from = before.name(),
+                        "the job's machine was lost while it ran; failing it at GitLab (runner_system_failure)");
+                }
+                _ => {}
+            }
+        }
+        Ok(requeued)
+    }
+
+    /// Queued jobs of `pool` that waited longer than `timeout` for a sidecar.
+    pub fn waited_too_long(&self, pool: &str, timeout: Millis) -> Vec<JobId> {
+        let now = self.clock.now();
+        self.lock()
+            .values()
+            .filter(|j| {
+                j.record.pool == pool
+                    && j.record.phase.is_queued()
+                    && now.saturating_sub(j.record.accepted_at) >= timeout
+            })
+            .map(|j| j.record.id)
+            .collect()
+    }
+}

@@ -1,0 +1,91 @@
+//! When a machine dies: how it is noticed, and what happens to its jobs.
+//!
+//! A machine is lost when the provider says so (`list`, `status`: handled by reconcile), or when
+//! its sidecar goes silent: no job request held, no call started, for longer than the pool's
+//! `silence_timeout` (a runner asks for jobs every few seconds when it has room, and sends trace
+//! or keep-alive updates at least every 30 s while it runs jobs). The jobs it had been handed but
+//! not accepted go to another machine; the jobs it ran are failed at GitLab with
+//! `runner_system_failure`, so that CI `retry:` can rerun them.
+
+use super::controller::PoolController;
+use crate::core::SidecarId;
+use crate::core::machine::{MachineEvent, MachineState};
+use crate::store::MachineRecord;
+
+impl PoolController {
+    /// Why a serving machine counts as lost, if it does.
+    pub(super) fn silent(&self, m: &MachineRecord) -> Option<String> {
+        if !matches!(
+            m.state,
+            MachineState::Ready | MachineState::Busy | MachineState::Draining
+        ) {
+            return None;
+        }
+        let sidecar = m.sidecar?;
+        if self.queue.has_waiter(sidecar) {
+            return None;
+        }
+        let seen = self
+            .sidecars
+            .by_id(sidecar)
+            .and_then(|s| s.last_seen())
+            .unwrap_or(m.since)
+            .max(m.since);
+        let silent_ms = self.machines.now().saturating_sub(seen);
+        let bound = u64::try_from(self.silence_timeout.as_millis()).unwrap_or(u64::MAX);
+        (silent_ms >= bound)
+            .then(|| format!("its sidecar has been silent for {} s", silent_ms / 1000))
+    }
+
+    /// A machine that left service (failed, being destroyed, gone) gives up its jobs.
+    pub(super) fn release_jobs(&self, m: &MachineRecord, sidecar: SidecarId) {
+        let reason = format!(
+            "machine {} {}",
+            m.id,
+            m.reason.as_deref().map_or_else(
+                || m.state.name().to_string(),
+                |r| format!("{}: {r}", m.state)
+            )
+        );
+        match self.jobs.lose_sidecar(sidecar, &reason) {
+            Ok(requeued) => {
+                for id in requeued {
+                    tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, job.id = %id,
+                        "the job was handed to a machine that is gone before it started; offering it to another");
+                    self.queue.offer(id);
+                }
+            }
+            Err(e) => {
+                tracing::error!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot release the machine's jobs")
+            }
+        }
+    }
+
+    /// After a restart: a machine whose sidecar was registered but not yet seen polling waits
+    /// for it (it was probably started before the crash) instead of being injected again, which
+    /// would start a second sidecar. If it never polls, the ready timeout fails the machine.
+    pub fn recover(&self) {
+        for m in self.machines.live() {
+            let Some(sidecar) = self.sidecars.for_machine(&m.id) else {
+                continue;
+            };
+            let result = (|| {
+                if m.sidecar != Some(sidecar.id()) {
+                    self.machines
+                        .update(&m.id, |r| r.sidecar = Some(sidecar.id()))?;
+                }
+                if m.state == MachineState::Booting {
+                    self.machines.apply(
+                        &m.id,
+                        MachineEvent::Reachable,
+                        "autoscaler restarted; waiting for its sidecar",
+                    )?;
+                }
+                Ok::<(), super::MachinesError>(())
+            })();
+            if let Err(e) = result {
+                tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot recover the machine's state");
+            }
+        }
+    }
+}
