@@ -56,6 +56,15 @@ pub struct Delivery {
     retries: Mutex<HashMap<JobId, (Backoff, Millis)>>,
     /// When a call to GitLab last failed (0: not recently).
     last_failure: AtomicU64,
+    /// The `Job-Status` of GitLab's last answer about each job, while the job is owed something.
+    job_statuses: Mutex<HashMap<JobId, String>>,
+}
+
+fn job_status(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("job-status")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 impl Delivery {
@@ -73,6 +82,7 @@ impl Delivery {
             turns: Mutex::new(HashMap::new()),
             retries: Mutex::new(HashMap::new()),
             last_failure: AtomicU64::new(0),
+            job_statuses: Mutex::new(HashMap::new()),
         })
     }
 
@@ -85,10 +95,42 @@ impl Delivery {
             .clone()
     }
 
-    /// Relayed and delivered calls report here whether GitLab answered.
+    fn note_job_status(&self, id: JobId, status: Option<String>) {
+        let mut statuses = self
+            .job_statuses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match status {
+            Some(s) => {
+                statuses.insert(id, s);
+            }
+            None => {
+                statuses.remove(&id);
+            }
+        }
+    }
+
+    fn last_job_status(&self, id: JobId) -> Option<String> {
+        self.job_statuses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+
+    /// Relayed and delivered calls report here whether GitLab answered. The change between
+    /// answering and failing is logged once each way, not per call.
     pub fn gitlab_answered(&self, ok: bool) {
         let value = if ok { 0 } else { self.clock.now().max(1) };
-        self.last_failure.store(value, Ordering::Relaxed);
+        let before = self.last_failure.swap(value, Ordering::Relaxed);
+        match (before == 0, ok) {
+            (true, false) => tracing::warn!(
+                "GitLab fails relayed calls: running jobs keep running, their calls are answered with GitLab's status, \
+                 artifacts are kept on disk until it answers"
+            ),
+            (false, true) => tracing::info!("GitLab answers relayed calls again"),
+            _ => {}
+        }
     }
 
     /// GitLab failed a call in the last half minute.
@@ -116,7 +158,10 @@ impl Delivery {
         };
         let result = self.upstream.forward(call).await;
         let status = match result {
-            Ok(f) => f.status.as_u16(),
+            Ok(f) => {
+                self.note_job_status(record.id, job_status(&f.headers));
+                f.status.as_u16()
+            }
             Err(e) => {
                 self.gitlab_answered(false);
                 return Err(e.into());
@@ -148,6 +193,10 @@ impl Delivery {
             return Ok(());
         }
         match self.put(&record, body).await? {
+            403 if self.last_job_status(record.id).as_deref() == Some("pending") => {
+                // Requeued by GitLab and not yet handed back: the next hand-out brings it back.
+                return Err(DeliveryError::Status(403));
+            }
             200 | 202 => {
                 tracing::info!(job.id = %id, "GitLab took the job's acknowledgement");
                 self.jobs.set_acknowledged(id, true)?;
@@ -245,8 +294,8 @@ impl Delivery {
                 body: ForwardBody::Stream(Box::pin(stream)),
                 timeout: UPLOAD_TIMEOUT,
             };
-            let status = match self.upstream.forward(call).await {
-                Ok(f) => f.status.as_u16(),
+            let (status, job_status) = match self.upstream.forward(call).await {
+                Ok(f) => (f.status.as_u16(), job_status(&f.headers)),
                 Err(e) => {
                     self.gitlab_answered(false);
                     return Err(e.into());
@@ -254,6 +303,12 @@ impl Delivery {
             };
             self.gitlab_answered(status < 500);
             if status >= 500 || status == 429 {
+                return Err(DeliveryError::Status(status));
+            }
+            if status == 403 && job_status.as_deref() == Some("pending") {
+                // GitLab requeued the job (it never saw an acknowledgement): acknowledge it again
+                // and come back; the artifacts are not refused, just early.
+                self.jobs.set_acknowledged(id, false)?;
                 return Err(DeliveryError::Status(status));
             }
             if status != 201 {
@@ -350,6 +405,10 @@ impl Delivery {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             retries.retain(|id, _| owing.iter().any(|r| r.id == *id));
+            self.job_statuses
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|id, _| owing.iter().any(|r| r.id == *id));
         }
         for record in owing {
             let due = self

@@ -312,6 +312,15 @@ impl Injector {
         }
     }
 
+    /// Whether the sidecar process still runs on the machine (a zombie does not count).
+    pub async fn sidecar_alive(&self, conn: &Connection) -> Result<bool, InjectError> {
+        let dir = &self.config.remote_dir;
+        let command = format!(
+            "pid=$(cat {dir}/sidecar.pid 2>/dev/null) && kill -0 \"$pid\" 2>/dev/null && [ \"$(ps -o stat= -p \"$pid\" 2>/dev/null | cut -c1)\" != Z ]"
+        );
+        Ok(conn.exec(&command, None, COMMAND_TIMEOUT).await?.success())
+    }
+
     /// Asks the sidecar to stop (SIGTERM: it finishes nothing new and exits).
     pub async fn stop(&self, conn: &Connection) -> Result<(), InjectError> {
         let dir = &self.config.remote_dir;

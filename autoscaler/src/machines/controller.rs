@@ -29,7 +29,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct PoolController {
     pub machines: Arc<PoolMachines>,
-    injector: Injector,
+    pub(super) injector: Injector,
     pub(super) sidecars: Arc<Sidecars>,
     pub(super) jobs: Arc<Jobs>,
     pub(super) queue: Arc<PoolQueue>,
@@ -41,6 +41,8 @@ pub struct PoolController {
     injecting: Mutex<HashSet<String>>,
     /// Machines being torn down.
     tearing_down: Mutex<HashSet<String>>,
+    /// Silent machines being probed over SSH.
+    pub(super) probing: Mutex<HashSet<String>>,
 }
 
 /// How the controller is set up.
@@ -77,6 +79,7 @@ impl PoolController {
             silence_timeout: settings.silence_timeout,
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
+            probing: Mutex::new(HashSet::new()),
         })
     }
 
@@ -139,15 +142,10 @@ impl PoolController {
                     .apply(&m.id, MachineEvent::JobsDone, "")
                     .map(|_| ()),
                 MachineState::Ready | MachineState::Busy | MachineState::Draining => {
-                    match self.silent(&m) {
-                        Some(reason) => {
-                            tracing::warn!(pool = %self.pool(), machine.id = %m.id, %reason, "machine lost");
-                            self.machines
-                                .apply(&m.id, MachineEvent::Fail, &reason)
-                                .map(|_| ())
-                        }
-                        None => Ok(()),
+                    if let Some(silence) = self.silent(&m) {
+                        self.clone().start_probe(&m, silence);
                     }
+                    Ok(())
                 }
                 MachineState::Failed => {
                     self.clone().start_teardown(&m);

@@ -1,19 +1,27 @@
 //! When a machine dies: how it is noticed, and what happens to its jobs.
 //!
 //! A machine is lost when the provider says so (`list`, `status`: handled by reconcile), or when
-//! its sidecar goes silent: no job request held, no call started, for longer than the pool's
-//! `silence_timeout` (a runner asks for jobs every few seconds when it has room, and sends trace
-//! or keep-alive updates at least every 30 s while it runs jobs). The jobs it had been handed but
-//! not accepted go to another machine; the jobs it ran are failed at GitLab with
-//! `runner_system_failure`, so that CI `retry:` can rerun them.
+//! its sidecar goes silent (no job request held, no call started, for longer than the pool's
+//! `silence_timeout`) and a probe over SSH then finds the machine unreachable or the sidecar
+//! process gone. Silence alone is not enough: a runner backing off while GitLab is down is quiet
+//! but alive. The jobs a lost machine had been handed but not accepted go to another machine;
+//! the jobs it ran are failed at GitLab with `runner_system_failure`, so that CI `retry:` can
+//! rerun them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::controller::PoolController;
+use crate::ssh::Target;
+
+/// How long a probe of a silent machine may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 use crate::core::SidecarId;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::store::MachineRecord;
 
 impl PoolController {
-    /// Why a serving machine counts as lost, if it does.
+    /// How long a serving machine's sidecar has been silent, if past the bound.
     pub(super) fn silent(&self, m: &MachineRecord) -> Option<String> {
         if !matches!(
             m.state,
@@ -35,6 +43,64 @@ impl PoolController {
         let bound = u64::try_from(self.silence_timeout.as_millis()).unwrap_or(u64::MAX);
         (silent_ms >= bound)
             .then(|| format!("its sidecar has been silent for {} s", silent_ms / 1000))
+    }
+
+    /// Checks a silent machine over SSH, in the background: lost if unreachable or if its
+    /// sidecar process is gone; otherwise the silence is forgiven until the next bound.
+    pub(super) fn start_probe(self: Arc<Self>, m: &MachineRecord, silence: String) {
+        {
+            let mut probing = self
+                .probing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !probing.insert(m.id.clone()) {
+                return;
+            }
+        }
+        let m = m.clone();
+        tokio::spawn(async move {
+            match self.probe(&m).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed over SSH)");
+                    if let Some(s) = m.sidecar.and_then(|id| self.sidecars.by_id(id)) {
+                        self.sidecars.note_seen(&s);
+                    }
+                }
+                Err(why) => {
+                    let reason = format!("{silence}; {why}");
+                    tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, %reason, "machine lost");
+                    if let Err(e) = self.machines.apply(&m.id, MachineEvent::Fail, &reason) {
+                        tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot fail the machine");
+                    }
+                }
+            }
+            self.probing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&m.id);
+        });
+    }
+
+    async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
+        let endpoint = m.endpoint.as_ref().ok_or("it has no address")?;
+        let target = Target {
+            host: endpoint.host.clone(),
+            port: endpoint.port,
+            user: endpoint.user.clone(),
+            host_key: m.host_key.as_ref().map(|h| h.key.clone()),
+        };
+        let conn = self
+            .injector
+            .connect(&target, Instant::now() + PROBE_TIMEOUT)
+            .await
+            .map_err(|e| format!("SSH unreachable: {e}"))?;
+        let alive = self.injector.sidecar_alive(&conn).await;
+        conn.close().await;
+        match alive {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("its sidecar process is gone".into()),
+            Err(e) => Err(format!("cannot check its sidecar: {e}")),
+        }
     }
 
     /// A machine that left service (failed, being destroyed, gone) gives up its jobs.

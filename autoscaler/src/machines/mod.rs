@@ -201,11 +201,15 @@ impl PoolMachines {
                 let mut updated = m.clone();
                 updated.state = after;
                 updated.since = now;
-                // `reason` says why the machine left service; later notes go to the timeline.
-                let leaving = matches!(
-                    after,
-                    MachineState::Draining | MachineState::Destroying | MachineState::Failed
-                );
+                // `reason` says why the machine left service (the first step out, or a failure);
+                // later notes such as "drained" go to the timeline only.
+                let out = |s| {
+                    matches!(
+                        s,
+                        MachineState::Draining | MachineState::Destroying | MachineState::Failed
+                    )
+                };
+                let leaving = after == MachineState::Failed || (out(after) && !out(before));
                 if !reason.is_empty() && (leaving || updated.reason.is_none()) {
                     updated.reason = Some(reason.to_string());
                 }

@@ -329,3 +329,37 @@ async fn a_failing_list_counts_against_the_breaker_and_changes_nothing() {
     assert_eq!(states(&r), [MachineState::Booting]);
     assert!(matches!(r.machines.breaker(), BreakerState::Open { .. }));
 }
+
+#[tokio::test]
+async fn the_reason_a_machine_left_service_survives_its_teardown() {
+    let r = rig(true, OrphanPolicy::Destroy);
+    r.machines.create(2).await.unwrap();
+    let ids: Vec<String> = r.machines.snapshot().iter().map(|m| m.id.clone()).collect();
+    let steps = |id: &str, last: &[(MachineEvent, &str)]| {
+        let first = [
+            (MachineEvent::Reachable, "reachable over SSH"),
+            (MachineEvent::SidecarPolled, "its sidecar asked for a job"),
+            (MachineEvent::Drain, "ran 2 jobs (max_use_count 2)"),
+        ];
+        for (event, reason) in first.iter().chain(last) {
+            r.machines.apply(id, event.clone(), reason).unwrap();
+        }
+        r.machines.get(id).unwrap()
+    };
+    let drained = steps(&ids[0], &[(MachineEvent::Destroy, "drained")]);
+    assert_eq!(drained.state, MachineState::Destroying);
+    assert_eq!(
+        drained.reason.as_deref(),
+        Some("ran 2 jobs (max_use_count 2)")
+    );
+    // A failure while leaving says more than the drain did, so it takes over.
+    let broke = steps(
+        &ids[1],
+        &[
+            (MachineEvent::Fail, "sidecar process gone"),
+            (MachineEvent::Destroy, "failed"),
+        ],
+    );
+    assert_eq!(broke.state, MachineState::Destroying);
+    assert_eq!(broke.reason.as_deref(), Some("sidecar process gone"));
+}

@@ -147,7 +147,12 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        // Failures are logged once, with their reason, by `ApiError`; the layer only makes spans.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(()),
+        )
 }
 
 fn request_span<B>(request: &Request<B>) -> tracing::Span {

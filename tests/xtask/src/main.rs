@@ -1,7 +1,8 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `test`: formatting, lints, a build of every binary, then every test (the command CI runs);
-//! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary).
+//! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
+//! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner).
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
 
@@ -15,9 +16,10 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "test" => test(&rest),
         "demo" => demo(&rest),
+        "chaos" => chaos(&rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo> [args]\n  test  run formatting, lints and every test\n  demo  run the demo"
+                "usage: cargo xtask <test|demo|chaos> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])"
             );
             return ExitCode::from(2);
         }
@@ -142,12 +144,26 @@ fn test(extra: &[String]) -> Result<()> {
     if has_cargo_subcommand("nextest") {
         let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
         args.extend(&extra);
-        run("cargo", &args)
+        run("cargo", &args)?;
     } else {
         let mut args = vec!["test", "--workspace", "--no-fail-fast"];
         args.extend(&extra);
-        run("cargo", &args)
+        run("cargo", &args)?;
     }
+    run_chaos(&[])
+}
+
+fn chaos(extra: &[String]) -> Result<()> {
+    ensure_system_packages()?;
+    run("cargo", &["build", "--workspace", "--bins"])?;
+    run_chaos(extra)
+}
+
+/// The chaos suite, from the debug build (the end-to-end tests' binaries).
+fn run_chaos(extra: &[String]) -> Result<()> {
+    let binary = workspace_root()?.join("target/debug/chaos");
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    run(binary.to_str().context("non-UTF-8 path")?, &extra)
 }
 
 fn demo(extra: &[String]) -> Result<()> {

@@ -1,0 +1,584 @@
+//! The chaos suite: real processes driven through failures, with figures.
+//!
+//! Each scenario runs a fake GitLab, the autoscaler and a pool of local machines, queues jobs
+//! whose output is known in advance, breaks something while they run, and then counts: jobs
+//! submitted and how each ended, trace bytes the scripts produced versus what GitLab stored,
+//! machines left behind at the provider. Any lost job, missing byte or leaked machine fails it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use autoscaler::core::machine::MachineState;
+use fake_gitlab::control::{ArtifactSpec, FaultAction, FaultRule, JobSpec, JobStatus};
+use nix::sys::signal::Signal;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use crate::LocalMachinesGuard;
+use crate::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
+
+/// How long any job may take to reach its final state once the chaos has stopped.
+const SETTLE: Duration = Duration::from_secs(300);
+
+/// What a scenario measured.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    pub scenario: String,
+    pub jobs_submitted: usize,
+    pub by_state: BTreeMap<String, usize>,
+    /// Jobs that never reached a final state at GitLab.
+    pub jobs_lost: usize,
+    /// Jobs that failed, and why, where the scenario expects none.
+    pub unexpected_failures: Vec<String>,
+    /// Trace bytes the scripts printed (jobs that ran to the end) and how many of them GitLab has.
+    pub bytes_produced: u64,
+    pub bytes_received: u64,
+    /// Artifacts uploaded versus found intact at GitLab.
+    pub artifacts_expected: usize,
+    pub artifacts_intact: usize,
+    pub machines_created: usize,
+    pub machines_leaked: usize,
+    /// Free-form facts of the scenario (kills, detection latency, ...).
+    pub notes: Vec<String>,
+    pub seconds: f64,
+}
+
+impl Figures {
+    pub fn bytes_lost(&self) -> u64 {
+        self.bytes_produced.saturating_sub(self.bytes_received)
+    }
+
+    /// Why the scenario failed, if it did.
+    pub fn verdict(&self) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if self.jobs_lost > 0 {
+            problems.push(format!("{} jobs lost", self.jobs_lost));
+        }
+        if !self.unexpected_failures.is_empty() {
+            problems.push(format!(
+                "unexpected failures: {}",
+                self.unexpected_failures.join("; ")
+            ));
+        }
+        if self.bytes_lost() > 0 {
+            problems.push(format!("{} trace bytes lost", self.bytes_lost()));
+        }
+        if self.artifacts_intact < self.artifacts_expected {
+            problems.push(format!(
+                "{} artifacts missing",
+                self.artifacts_expected - self.artifacts_intact
+            ));
+        }
+        if self.machines_leaked > 0 {
+            problems.push(format!("{} machines leaked", self.machines_leaked));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join(", "))
+        }
+    }
+}
+
+impl fmt::Display for Figures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let states: Vec<String> = self
+            .by_state
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect();
+        writeln!(f, "{} ({:.0} s)", self.scenario, self.seconds)?;
+        writeln!(f, "  jobs submitted      {}", self.jobs_submitted)?;
+        writeln!(f, "  finished upstream   {}", states.join(", "))?;
+        writeln!(f, "  jobs lost           {}", self.jobs_lost)?;
+        writeln!(
+            f,
+            "  trace bytes         {} produced, {} received, {} lost",
+            self.bytes_produced,
+            self.bytes_received,
+            self.bytes_lost()
+        )?;
+        if self.artifacts_expected > 0 {
+            writeln!(
+                f,
+                "  artifacts           {} uploaded, {} intact at GitLab",
+                self.artifacts_expected, self.artifacts_intact
+            )?;
+        }
+        writeln!(
+            f,
+            "  machines            {} created, {} leaked",
+            self.machines_created, self.machines_leaked
+        )?;
+        for note in &self.notes {
+            writeln!(f, "  {note}")?;
+        }
+        match self.verdict() {
+            Ok(()) => write!(f, "  verdict             PASS"),
+            Err(why) => write!(f, "  verdict             FAIL: {why}"),
+        }
+    }
+}
+
+/// One job of a scenario: what it prints, so that the bytes can be counted at GitLab.
+#[derive(Debug, Clone)]
+struct Planned {
+    id: u64,
+    lines: Vec<String>,
+    artifact: Option<Vec<u8>>,
+}
+
+/// A running system for one scenario.
+struct World {
+    gitlab: FakeGitLab,
+    autoscaler: Autoscaler,
+    pool: PoolSpec,
+    machines_root: PathBuf,
+    count_log: PathBuf,
+    _guard: LocalMachinesGuard,
+    _dir: tempfile::TempDir,
+}
+
+struct Setup<'a> {
+    provisioner: &'a str,
+    scaling: &'a str,
+    sidecar: &'a str,
+    provisioner_timeouts: &'a str,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Self {
+            provisioner: "tests/e2e/fixtures/counting-provisioner",
+            scaling: "max_machines = 4\ncapacity_per_machine = 2\nidle_time = \"5s\"",
+            sidecar: "mode = \"builtin\"\nready_timeout = \"60s\"\nsilence_timeout = \"15s\"",
+            provisioner_timeouts: "",
+        }
+    }
+}
+
+async fn world(setup: Setup<'_>) -> Result<World> {
+    let dir = tempfile::tempdir()?;
+    let machines_root = dir.path().join("machines");
+    let count_log = dir.path().join("machines.log");
+    std::fs::write(&count_log, "")?;
+    // GitLab's two-minute acknowledgement window, shortened: a job we took but lost in a crash
+    // comes back sooner.
+    let gitlab = FakeGitLab::start(&[
+        "--trace-update-interval",
+        "1",
+        "--ack-window",
+        "20s",
+        "--long-poll",
+        "10s",
+    ])
+    .await?;
+    let mut pool = PoolSpec::new("chaos");
+    pool.tail = format!(
+        "assign_ack_timeout = \"20s\"\n\
+         [pools.provisioner]\ncommand = \"{}\"\nenv = {{ LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\" }}\nreconcile_interval = \"1s\"\ncreate_rate = 5.0\n{}\n\n\
+         [pools.scaling]\n{}\n\n[pools.sidecar]\n{}\n",
+        repo_root().join(setup.provisioner).display(),
+        machines_root.display(),
+        count_log.display(),
+        setup.provisioner_timeouts,
+        setup.scaling,
+        setup.sidecar,
+    );
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let autoscaler = Autoscaler::start(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"10s\"\nshutdown_grace = \"5s\"",
+    )
+    .await?;
+    Ok(World {
+        gitlab,
+        autoscaler,
+        pool,
+        _guard: LocalMachinesGuard {
+            root: machines_root.clone(),
+        },
+        machines_root,
+        count_log,
+        _dir: dir,
+    })
+}
+
+impl World {
+    /// Queues a job printing `lines` numbered lines (`seconds` apart in total), with a 64 KiB
+    /// artifact if asked.
+    async fn enqueue(
+        &self,
+        n: usize,
+        lines: usize,
+        seconds: f64,
+        artifact: bool,
+    ) -> Result<Planned> {
+        let marker = format!("chaos-{n:04}");
+        let expected: Vec<String> = (1..=lines)
+            .map(|i| format!("{marker} line {i:03} {}", "x".repeat(40)))
+            .collect();
+        let pause = seconds / lines.max(1) as f64;
+        let mut script = vec![format!(
+            "for i in $(seq 1 {lines}); do printf '{marker} line %03d {}\\n' $i; sleep {pause:.3}; done",
+            "x".repeat(40)
+        )];
+        let mut spec = JobSpec::new(&self.pool.upstream_token, &[]);
+        let content = artifact.then(|| {
+            let block: String = (0..1024)
+                .map(|i| format!("{marker} {i:05} {}\n", "y".repeat(50)))
+                .collect();
+            block.into_bytes()
+        });
+        if content.is_some() {
+            script.push(format!(
+                "mkdir -p out && for i in $(seq 0 1023); do printf '{marker} %05d {}\\n' $i; done > out/data.txt",
+                "y".repeat(50)
+            ));
+            spec.artifacts = vec![ArtifactSpec {
+                paths: vec!["out/".into()],
+                ..ArtifactSpec::default()
+            }];
+        }
+        spec.script = script;
+        spec.name = marker;
+        let id = self.gitlab.control.enqueue(&spec).await?.id;
+        Ok(Planned {
+            id,
+            lines: expected,
+            artifact: content,
+        })
+    }
+
+    /// Machines created and still alive, from the provisioner's own log.
+    fn machine_log(&self) -> Result<(usize, BTreeSet<String>)> {
+        let log = std::fs::read_to_string(&self.count_log)?;
+        let (mut created, mut alive) = (BTreeSet::new(), BTreeSet::new());
+        for line in log.lines() {
+            match line.split_once(' ') {
+                Some(("create", id)) => {
+                    created.insert(id.to_string());
+                    alive.insert(id.to_string());
+                }
+                Some(("destroy", id)) => {
+                    alive.remove(id);
+                }
+                _ => {}
+            }
+        }
+        Ok((created.len(), alive))
+    }
+
+    /// Waits for every job to end, then for every machine to go idle and be destroyed, and
+    /// counts. `may_fail`: jobs expected to fail (their machine was killed), by id.
+    async fn settle(
+        &self,
+        scenario: &str,
+        started: Instant,
+        planned: &[Planned],
+        may_fail: &BTreeSet<u64>,
+    ) -> Result<Figures> {
+        let mut f = Figures {
+            scenario: scenario.to_string(),
+            jobs_submitted: planned.len(),
+            ..Figures::default()
+        };
+        for p in planned {
+            let view = match self.gitlab.control.wait_final(p.id, SETTLE).await {
+                Ok(v) => v,
+                Err(_) => {
+                    f.jobs_lost += 1;
+                    continue;
+                }
+            };
+            *f.by_state
+                .entry(view.status.as_str().to_string())
+                .or_default() += 1;
+            if view.status != JobStatus::Success {
+                if !may_fail.contains(&p.id) {
+                    f.unexpected_failures.push(format!(
+                        "job {} {} ({:?})",
+                        p.id,
+                        view.status.as_str(),
+                        view.failure_reason
+                    ));
+                }
+                continue;
+            }
+            let trace =
+                String::from_utf8_lossy(&self.gitlab.control.trace(p.id).await?).into_owned();
+            for line in &p.lines {
+                let bytes = line.len() as u64 + 1;
+                f.bytes_produced += bytes;
+                if trace.contains(&format!("{line}\n")) {
+                    f.bytes_received += bytes;
+                }
+            }
+            if let Some(content) = &p.artifact {
+                f.artifacts_expected += 1;
+                let archive = self.gitlab.control.artifact(p.id, "archive").await?;
+                let intact = archive
+                    .and_then(|a| crate::unzip(&a).ok())
+                    .and_then(|files| files.get("out/data.txt").cloned())
+                    .is_some_and(|got| &got == content);
+                if intact {
+                    f.artifacts_intact += 1;
+                }
+            }
+        }
+        // Idle machines go after idle_time; then nothing may be left at the provider.
+        let all_gone = |l: &[autoscaler::store::MachineRecord]| {
+            l.iter().all(|m| m.state == MachineState::Gone)
+        };
+        if let Err(e) = self
+            .autoscaler
+            .wait_machines(Duration::from_secs(120), "every machine gone", all_gone)
+            .await
+        {
+            f.notes.push(format!("not every machine went: {e}"));
+        }
+        let (created, alive) = self.machine_log()?;
+        let left_dirs = std::fs::read_dir(&self.machines_root)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0);
+        f.machines_created = created;
+        f.machines_leaked = alive.len().max(left_dirs);
+        f.seconds = started.elapsed().as_secs_f64();
+        Ok(f)
+    }
+}
+
+/// Kill -9 of the autoscaler at random moments of a 100-job run, restarting it each time.
+pub async fn crash_restarts(seed: u64, jobs: usize, kills: usize) -> Result<Figures> {
+    let started = Instant::now();
+    let mut w = world(Setup::default()).await?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut planned = Vec::new();
+    for n in 0..jobs {
+        planned.push(w.enqueue(n, 30, 1.5, n % 10 == 0).await?);
+    }
+    for k in 0..kills {
+        let wait = rng.random_range(1_500..6_000);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        w.autoscaler.proc.signal(Signal::SIGKILL)?;
+        w.autoscaler.proc.wait(Duration::from_secs(30)).await?;
+        let down = rng.random_range(0..1_500);
+        tokio::time::sleep(Duration::from_millis(down)).await;
+        w.autoscaler
+            .restart()
+            .await
+            .with_context(|| format!("restart {k}"))?;
+    }
+    let mut f = w
+        .settle(
+            &format!("kill -9 of the autoscaler x{kills} during {jobs} jobs (seed {seed})"),
+            started,
+            &planned,
+            &BTreeSet::new(),
+        )
+        .await?;
+    f.notes.push(format!(
+        "kills               {kills} (SIGKILL, restart after 0-1.5 s)"
+    ));
+    Ok(f)
+}
+
+/// GitLab answering 502 to everything for 60 s in the middle of a run.
+pub async fn gitlab_outage(jobs: usize, outage: Duration) -> Result<Figures> {
+    let started = Instant::now();
+    let w = world(Setup::default()).await?;
+    let mut planned = Vec::new();
+    for n in 0..jobs {
+        planned.push(w.enqueue(n, 40, 4.0, n % 3 == 0).await?);
+    }
+    w.gitlab
+        .control
+        .wait_running(planned[0].id, Duration::from_secs(120))
+        .await?;
+    w.gitlab
+        .control
+        .add_fault(
+            &FaultRule::new(FaultAction::Status {
+                status: 502,
+                retry_after: None,
+            })
+            .path_prefix("/api/v4/")
+            .duration(outage),
+        )
+        .await?;
+    let mut f = w
+        .settle(
+            &format!("GitLab down (502) for {} s mid-run", outage.as_secs()),
+            started,
+            &planned,
+            &BTreeSet::new(),
+        )
+        .await?;
+    let stats = w.gitlab.control.stats().await?;
+    let refused: u64 = stats.requests.values().filter_map(|by| by.get("502")).sum();
+    f.notes.push(format!(
+        "calls refused       {refused} answered 502 during the outage"
+    ));
+    Ok(f)
+}
+
+/// Machines dying under running jobs: one destroyed at the provider (as a spot reclaim would),
+/// one whose sidecar is killed (the machine stays but goes silent).
+pub async fn machines_killed(jobs: usize) -> Result<Figures> {
+    let started = Instant::now();
+    let w = world(Setup::default()).await?;
+    let mut planned = Vec::new();
+    for n in 0..jobs {
+        planned.push(w.enqueue(n, 40, 8.0, false).await?);
+    }
+    // Wait until two machines run jobs.
+    let busy = w
+        .autoscaler
+        .wait_machines(Duration::from_secs(120), "two busy machines", |l| {
+            l.iter().filter(|m| m.state == MachineState::Busy).count() >= 2
+        })
+        .await?;
+    let mut victims: Vec<_> = busy
+        .into_iter()
+        .filter(|m| m.state == MachineState::Busy)
+        .collect();
+    victims.truncate(2);
+    let running_before: BTreeSet<u64> = {
+        let mut ids = BTreeSet::new();
+        for p in &planned {
+            if w.gitlab.control.job(p.id).await?.status == JobStatus::Running {
+                ids.insert(p.id);
+            }
+        }
+        ids
+    };
+    let killed_at = Instant::now();
+    // The first: gone at the provider.
+    let reclaimed = victims[0].provider_id.clone().context("no provider id")?;
+    destroy_at_provider(&w.machines_root, &reclaimed)?;
+    // The second: its sidecar dies, the machine stays up.
+    let silent = victims[1].provider_id.clone().context("no provider id")?;
+    kill_sidecar_of(&w.machines_root, &silent)?;
+    let lost = w
+        .autoscaler
+        .wait_machines(Duration::from_secs(120), "both victims detected", |l| {
+            victims.iter().all(|v| {
+                l.iter().any(|m| {
+                    m.id == v.id
+                        && matches!(
+                            m.state,
+                            MachineState::Failed | MachineState::Destroying | MachineState::Gone
+                        )
+                })
+            })
+        })
+        .await;
+    let detection = killed_at.elapsed();
+    // The jobs that were running may have been on the victims: those are allowed to fail.
+    let mut f = w
+        .settle(
+            &format!(
+                "{} machines killed under {jobs} running jobs",
+                victims.len()
+            ),
+            started,
+            &planned,
+            &running_before,
+        )
+        .await?;
+    if lost.is_err() {
+        f.notes.push("the lost machines were not detected".into());
+        f.jobs_lost += 1;
+    }
+    if detection > Duration::from_secs(60) {
+        f.unexpected_failures.push(format!(
+            "detection took {} s (bound 60 s)",
+            detection.as_secs()
+        ));
+    }
+    let system_failures = f.by_state.get("failed").copied().unwrap_or(0);
+    f.notes.push(format!(
+        "killed              {reclaimed} (destroyed at the provider), {silent} (sidecar killed)"
+    ));
+    f.notes.push(format!(
+        "detected within     {:.1} s",
+        detection.as_secs_f64()
+    ));
+    f.notes.push(format!("failed (expected)   {system_failures} running jobs failed with runner_system_failure; the rest ran elsewhere"));
+    Ok(f)
+}
+
+/// A provisioner that loses the answer of about half of its calls (failing or hanging after
+/// doing the work).
+pub async fn flaky_provisioner(jobs: usize) -> Result<Figures> {
+    let started = Instant::now();
+    let w = world(Setup {
+        provisioner: "tests/e2e/fixtures/flaky-provisioner",
+        provisioner_timeouts: "[pools.provisioner.timeouts]\ncreate = \"4s\"\nlist = \"4s\"\nstatus = \"4s\"\ndestroy = \"4s\"\nboot = \"20s\"",
+        ..Setup::default()
+    })
+    .await?;
+    let mut planned = Vec::new();
+    for n in 0..jobs {
+        planned.push(w.enqueue(n, 20, 1.0, false).await?);
+    }
+    let mut f = w
+        .settle(
+            &format!("provisioner failing or hanging on half of its calls, {jobs} jobs"),
+            started,
+            &planned,
+            &BTreeSet::new(),
+        )
+        .await?;
+    f.notes.push(
+        "provisioner         about 50 % of calls exit 1 or hang after doing their work".into(),
+    );
+    Ok(f)
+}
+
+/// Destroys a machine behind the autoscaler's back, with the local provisioner itself.
+fn destroy_at_provider(root: &Path, id: &str) -> Result<()> {
+    let output = std::process::Command::new(repo_root().join("provisioners/local/provisioner"))
+        .args(["destroy", id])
+        .env("LOCAL_ROOT", root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            if let Some(mut stdin) = child.stdin.take() {
+                std::io::Write::write_all(
+                    &mut stdin,
+                    format!(r#"{{"protocol":1,"pool":"chaos","id":"{id}"}}"#).as_bytes(),
+                )?;
+            }
+            child.wait_with_output()
+        })?;
+    if !output.status.success() {
+        bail!(
+            "destroying {id} failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    Ok(())
+}
+
+/// Kills (SIGKILL) the sidecar process running on a local machine, leaving the machine up.
+fn kill_sidecar_of(root: &Path, id: &str) -> Result<()> {
+    let pid_file = root.join(id).join("home/autoscaler-sidecar/sidecar.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .with_context(|| format!("reading {}", pid_file.display()))?
+        .trim()
+        .parse()?;
+    // The recorded pid is the `sh` that execs the sidecar: the same process.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL)?;
+    Ok(())
+}
