@@ -6,7 +6,7 @@
 //! - `GET /machines[?pool=NAME][&after=VERSION&timeout_ms=N]` — every machine with its state,
 //!   reason and timeline; `X-Version` grows with every change, and `after` holds the answer
 //!   until the machines changed past that version.
-//! - `GET /healthz` — `200` while the service runs.
+//! - `GET /healthz` — `200 ok` while the service runs, `503 draining` once shutdown began.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,6 +27,8 @@ pub struct Admin {
     pub pools: Vec<Arc<Pool>>,
     pub machines: HashMap<String, Arc<PoolMachines>>,
     pub jobs: Arc<Jobs>,
+    /// Cancelled when a graceful shutdown begins.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -37,6 +39,9 @@ pub struct PoolStatus {
     pub machines: BTreeMap<String, usize>,
     /// `closed`, or why the provisioner is paused and until when (ms since the epoch).
     pub provisioner: Option<BreakerView>,
+    /// How long the pool's last reconcile and machine pass took (pools with a provisioner).
+    #[serde(default)]
+    pub timings: Option<crate::machines::PassTimings>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -57,10 +62,20 @@ struct MachineQuery {
 
 pub fn router(admin: Arc<Admin>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/pools", get(pools))
         .route("/machines", get(machines))
         .with_state(admin)
+}
+
+/// Tells monitoring (and a deploy script waiting for the drain) whether the service still
+/// takes jobs.
+async fn healthz(State(admin): State<Arc<Admin>>) -> (axum::http::StatusCode, &'static str) {
+    if admin.draining.is_cancelled() {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        (axum::http::StatusCode::OK, "ok")
+    }
 }
 
 async fn pools(State(admin): State<Arc<Admin>>) -> Json<Vec<PoolStatus>> {
@@ -84,6 +99,7 @@ async fn pools(State(admin): State<Arc<Admin>>) -> Json<Vec<PoolStatus>> {
                     BreakerState::Open { until, reason } => BreakerView::Open { until, reason },
                     BreakerState::HalfOpen { reason } => BreakerView::HalfOpen { reason },
                 }),
+                timings: machines.map(|m| m.timings()),
             }
         })
         .collect();

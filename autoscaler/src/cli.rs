@@ -188,18 +188,38 @@ fn run(config: Config) -> ExitCode {
             Err(e) => {
                 tracing::error!(error = %e, "autoscaler stopped");
                 report(&format!("autoscaler: {e}"));
-                if let ServiceError::Store(StoreError::Open { .. } | StoreError::Corrupt { .. }) = &e {
-                    report(
-                        "The store could not be opened. Keep a copy of the state directory, then either fix the \
-                         cause (disk, permissions, another autoscaler using the same directory) or move the \
-                         directory aside to start empty: sidecars then register again, and jobs GitLab had \
-                         handed to us are failed by GitLab's stuck-job timeout. See README, Operations.",
-                    );
+                if let ServiceError::Store(store) = &e
+                    && let Some(hint) = recovery_hint(store)
+                {
+                    report(hint);
                 }
                 ExitCode::from(exit_code(&e))
             }
         }
     })
+}
+
+/// What an operator can do about a store that does not open (README, Operations, says more).
+fn recovery_hint(e: &StoreError) -> Option<&'static str> {
+    match e {
+        StoreError::Open { .. } | StoreError::Io(_) => Some(
+            "The store could not be opened or written. Fix the cause (disk full or failing, permissions, \
+             another autoscaler using the same state directory) and start again; nothing was changed.",
+        ),
+        StoreError::Damaged { .. } | StoreError::Corrupt { .. } => Some(
+            "The store is damaged, so the autoscaler refuses to start on it rather than forget what it held. \
+             Either restore the state directory from a backup taken while the autoscaler was stopped, or \
+             move it aside (keep it for inspection) and start again with an empty store: machines carrying \
+             this autoscaler's labels are then found by the provisioners' `list` and handled by \
+             `orphan_policy`, static sidecars register again, and jobs the old store held are failed by \
+             GitLab as stuck. See README, Operations.",
+        ),
+        StoreError::NewerSchema { .. } | StoreError::UnsupportedRecordVersion { .. } => Some(
+            "The store was written by a newer autoscaler. Run that version again (downgrades are not \
+             supported), or restore a backup taken before the upgrade.",
+        ),
+        StoreError::Encode(_) => None,
+    }
 }
 
 fn exit_code(e: &ServiceError) -> u8 {

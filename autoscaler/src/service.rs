@@ -174,9 +174,12 @@ pub async fn run_with(
         stop_maintenance.clone(),
     ));
     let stop_controllers = CancellationToken::new();
+    // Tracked on their own: machines are retired only once no controller pass can start more.
+    let controller_tasks = TaskTracker::new();
     for controller in &controllers {
-        tasks.spawn(controller.clone().run(stop_controllers.clone()));
+        controller_tasks.spawn(controller.clone().run(stop_controllers.clone()));
     }
+    controller_tasks.close();
 
     let machines = controllers
         .iter()
@@ -199,6 +202,7 @@ pub async fn run_with(
             pools: pools.clone(),
             machines: app.machines.clone(),
             jobs: jobs.clone(),
+            draining: shutdown.graceful.clone(),
         });
         let stop = stop_server.clone();
         tasks.spawn(async move {
@@ -242,6 +246,10 @@ pub async fn run_with(
     stop_server.cancel();
     stop_maintenance.cancel();
     stop_controllers.cancel();
+    tokio::select! {
+        () = controller_tasks.wait() => {}
+        () = shutdown.immediate.cancelled() => {}
+    }
     // Machines are kept (their sidecars reach the next start of the autoscaler), unless the
     // pool says otherwise.
     for controller in controllers.iter().filter(|c| c.delete_on_shutdown()) {

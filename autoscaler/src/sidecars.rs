@@ -15,6 +15,9 @@ use crate::store::{SidecarRecord, Store, StoreError};
 
 /// A sidecar counts as part of its pool's feature set while it asked for a job this recently.
 const LIVE_WINDOW_MS: Millis = 10 * 60 * 1000;
+/// A pool's `info` is recomputed at most this often: it is read on every job request to
+/// GitLab, and computing it looks at every sidecar of the pool.
+const POOL_INFO_TTL_MS: Millis = 1000;
 
 #[derive(Debug)]
 pub struct Sidecar {
@@ -59,7 +62,39 @@ impl Sidecar {
 pub struct Sidecars {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    by_digest: RwLock<HashMap<TokenDigest, Arc<Sidecar>>>,
+    table: RwLock<Table>,
+    /// Each pool's `info` and when it was computed.
+    pool_infos: Mutex<HashMap<String, (Millis, Option<Value>)>>,
+}
+
+/// The registered sidecars, by token digest (authentication) and by id (everything else).
+#[derive(Debug, Default)]
+struct Table {
+    by_digest: HashMap<TokenDigest, Arc<Sidecar>>,
+    by_id: HashMap<SidecarId, Arc<Sidecar>>,
+}
+
+impl Table {
+    fn insert(&mut self, sidecar: Arc<Sidecar>) {
+        self.by_id.insert(sidecar.id(), sidecar.clone());
+        self.by_digest
+            .insert(sidecar.record.token_digest.clone(), sidecar);
+    }
+
+    fn remove(&mut self, sidecar: &Sidecar) {
+        self.by_digest.remove(&sidecar.record.token_digest);
+        if self
+            .by_id
+            .get(&sidecar.id())
+            .is_some_and(|s| s.record.token_digest == sidecar.record.token_digest)
+        {
+            self.by_id.remove(&sidecar.id());
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Arc<Sidecar>> {
+        self.by_id.values()
+    }
 }
 
 impl Sidecars {
@@ -67,35 +102,32 @@ impl Sidecars {
     pub fn load(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         // After a restart every known sidecar gets a fresh grace before it counts as silent.
         let now = clock.now();
-        let by_digest = store
-            .sidecars()?
-            .into_iter()
-            .map(|record| {
-                let sidecar = Sidecar {
-                    record,
-                    seen: Mutex::new(Seen {
-                        last_seen: Some(now),
-                        ..Seen::default()
-                    }),
-                };
-                (sidecar.record.token_digest.clone(), Arc::new(sidecar))
-            })
-            .collect();
+        let mut table = Table::default();
+        for record in store.sidecars()? {
+            table.insert(Arc::new(Sidecar {
+                record,
+                seen: Mutex::new(Seen {
+                    last_seen: Some(now),
+                    ..Seen::default()
+                }),
+            }));
+        }
         Ok(Self {
             store,
             clock,
-            by_digest: RwLock::new(by_digest),
+            table: RwLock::new(table),
+            pool_infos: Mutex::new(HashMap::new()),
         })
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<TokenDigest, Arc<Sidecar>>> {
-        self.by_digest
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<TokenDigest, Arc<Sidecar>>> {
-        self.by_digest
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -123,25 +155,24 @@ impl Sidecars {
             record,
             seen: Mutex::default(),
         });
-        self.write()
-            .insert(sidecar.record.token_digest.clone(), sidecar.clone());
+        self.write().insert(sidecar.clone());
         Ok((sidecar, token))
     }
 
     pub fn authenticate(&self, token: &str) -> Option<Arc<Sidecar>> {
-        self.read().get(&TokenDigest::of(token)).cloned()
+        self.read().by_digest.get(&TokenDigest::of(token)).cloned()
     }
 
     /// Forgets the sidecar: its token stops working at once.
     pub async fn revoke(&self, sidecar: &Sidecar) -> Result<(), StoreError> {
-        self.write().remove(&sidecar.record.token_digest);
+        self.write().remove(sidecar);
         self.store.remove_sidecar(sidecar.id())?;
         self.store.durable().await
     }
 
     /// Revokes the sidecar with this id, if it is still registered.
     pub async fn revoke_id(&self, id: SidecarId) -> Result<bool, StoreError> {
-        let found = self.read().values().find(|s| s.id() == id).cloned();
+        let found = self.by_id(id);
         match found {
             Some(s) => {
                 self.revoke(&s).await?;
@@ -158,15 +189,12 @@ impl Sidecars {
         record.token_digest = token.digest();
         self.store.put_sidecar(&record)?;
         self.store.durable().await?;
-        let mut map = self.write();
-        map.remove(&sidecar.record.token_digest);
-        map.insert(
-            record.token_digest.clone(),
-            Arc::new(Sidecar {
-                record,
-                seen: Mutex::new(sidecar.lock().clone()),
-            }),
-        );
+        let mut table = self.write();
+        table.remove(sidecar);
+        table.insert(Arc::new(Sidecar {
+            record,
+            seen: Mutex::new(sidecar.lock().clone()),
+        }));
         Ok(token)
     }
 
@@ -190,10 +218,26 @@ impl Sidecars {
     }
 
     /// The `info` block the pool presents to GitLab: that of the sidecar that asked most
-    /// recently, with `features` narrowed to what every live sidecar of the pool supports.
-    /// The pool's `info`, from its live sidecars; else the last one computed (kept in the store,
-    /// so that a pool whose machines are all gone still advertises what they support).
+    /// recently, with `features` narrowed to what every live sidecar of the pool supports; with
+    /// no live sidecar, the last one computed (kept in the store, so that a pool whose machines
+    /// are all gone still advertises what they support). At most a second old.
     pub fn pool_info(&self, pool: &str) -> Option<Value> {
+        let now = self.clock.now();
+        let mut cache = self
+            .pool_infos
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, info)) = cache.get(pool)
+            && now.saturating_sub(*at) < POOL_INFO_TTL_MS
+        {
+            return info.clone();
+        }
+        let info = self.compute_pool_info(pool);
+        cache.insert(pool.to_string(), (now, info.clone()));
+        info
+    }
+
+    fn compute_pool_info(&self, pool: &str) -> Option<Value> {
         let key = format!("pool/{pool}/info");
         match self.live_pool_info(pool) {
             Some(info) => {
@@ -251,7 +295,7 @@ impl Sidecars {
     }
 
     pub fn by_id(&self, id: SidecarId) -> Option<Arc<Sidecar>> {
-        self.read().values().find(|s| s.id() == id).cloned()
+        self.read().by_id.get(&id).cloned()
     }
 
     /// The sidecar injected into `machine`, if it is registered.

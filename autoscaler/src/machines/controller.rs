@@ -23,6 +23,8 @@ use crate::store::{HostKey, HostKeySource, MachineRecord};
 
 /// How often the loop runs without being woken.
 const TICK: Duration = Duration::from_secs(1);
+/// Shortest time between the starts of two passes over the machines.
+const PASS_GAP: Duration = Duration::from_millis(100);
 /// Stopping a sidecar before its machine is destroyed is a courtesy, bounded.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -97,17 +99,30 @@ impl PoolController {
         let mut last_reconcile: Option<Instant> = None;
         loop {
             if last_reconcile.is_none_or(|t| t.elapsed() >= self.reconcile_interval) {
+                let started = Instant::now();
                 if let Err(e) = self.machines.reconcile().await {
                     tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed");
                 }
+                self.machines.record_timing(true, started.elapsed());
                 last_reconcile = Some(Instant::now());
             }
+            if stop.is_cancelled() {
+                break;
+            }
+            let started = Instant::now();
             self.clone().pass().await;
+            self.machines.record_timing(false, started.elapsed());
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(TICK) => {}
                 _ = jobs_changed.changed() => {}
                 _ = machines_changed.changed() => {}
+            }
+            // Under a stream of job changes, one pass per PASS_GAP is enough: a pass looks at
+            // every machine, and a region has thousands.
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep_until(tokio::time::Instant::from_std(started + PASS_GAP)) => {}
             }
         }
         tracing::debug!(pool = %self.pool(), "pool controller stopped");

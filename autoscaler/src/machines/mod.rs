@@ -66,6 +66,19 @@ pub struct PoolMachines {
     /// Most machines per `create` call (the provisioner's `max_batch`).
     batch: AtomicU32,
     changed: watch::Sender<u64>,
+    timings: Mutex<PassTimings>,
+}
+
+/// How long the pool's last control passes took, for operators (`GET /pools`) and the
+/// footprint benchmark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PassTimings {
+    /// The last reconcile against the provisioner's `list` (the script's run included).
+    pub reconcile_ms: f64,
+    /// The last pass over the pool's machines (health, injection, teardown, scaling).
+    pub pass_ms: f64,
+    pub reconciles: u64,
+    pub passes: u64,
 }
 
 #[derive(Debug)]
@@ -102,7 +115,31 @@ impl PoolMachines {
             guards: Mutex::new(guards),
             batch: AtomicU32::new(1),
             changed: watch::Sender::new(0),
+            timings: Mutex::new(PassTimings::default()),
         }))
+    }
+
+    pub fn timings(&self) -> PassTimings {
+        *self
+            .timings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records how long a reconcile (`reconcile == true`) or a machine pass took.
+    pub fn record_timing(&self, reconcile: bool, took: std::time::Duration) {
+        let mut t = self
+            .timings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ms = took.as_secs_f64() * 1000.0;
+        if reconcile {
+            t.reconcile_ms = ms;
+            t.reconciles += 1;
+        } else {
+            t.pass_ms = ms;
+            t.passes += 1;
+        }
     }
 
     pub fn pool(&self) -> &str {

@@ -175,6 +175,77 @@ async fn sled_store_refuses_a_newer_schema() {
     assert!(err.to_string().contains("newer autoscaler"));
 }
 
+/// A store with a job in it, flushed and closed; returns the path of its database directory.
+async fn closed_store_with_a_job(dir: &std::path::Path) -> std::path::PathBuf {
+    let store = SledStore::open(dir).unwrap();
+    store.put_job(&job(7)).unwrap();
+    store.durable().await.unwrap();
+    store.checkpoint().unwrap();
+    dir.join("db")
+}
+
+#[tokio::test]
+async fn a_damaged_database_is_refused_not_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = closed_store_with_a_job(dir.path()).await;
+    // Overwrite the log the way a bad disk or a stray `dd` would.
+    let log = db.join("db");
+    let garbage: Vec<u8> = (0..std::fs::metadata(&log).unwrap().len())
+        .map(|i| (i * 7 + 13) as u8)
+        .collect();
+    std::fs::write(&log, garbage).unwrap();
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
+    assert!(err.to_string().contains("holds no store"), "{err}");
+    // It stays refused: a second start does not accept what the first one saw.
+    let again = SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(again, StoreError::Damaged { .. }), "{again}");
+}
+
+#[tokio::test]
+async fn a_database_that_lost_flushed_history_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = closed_store_with_a_job(dir.path()).await;
+    let old = tempfile::tempdir().unwrap();
+    copy_dir(&db, old.path());
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        for i in 0..3 {
+            store.put_job(&job(20 + i)).unwrap();
+            store.durable().await.unwrap();
+        }
+        store.checkpoint().unwrap();
+    }
+    // Put the older log back: to sled it is a valid, shorter history.
+    std::fs::remove_dir_all(&db).unwrap();
+    copy_dir(old.path(), &db);
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("truncated or damaged"), "{err}");
+}
+
+#[tokio::test]
+async fn a_lost_manifest_is_written_again_and_the_store_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    closed_store_with_a_job(dir.path()).await;
+    std::fs::remove_file(dir.path().join("store.json")).unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
+    assert_eq!(store.jobs().unwrap(), vec![job(7)]);
+    assert!(dir.path().join("store.json").is_file());
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_calls_share_flushes() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 //! call is on disk. Concurrent callers share one flush (group commit), so durability costs one
 //! fsync per burst of acceptances, not one per job.
 
+mod manifest;
 mod memory;
 mod records;
 mod sled_store;
@@ -39,6 +40,9 @@ pub enum StoreError {
         found: u32,
         supported: u32,
     },
+    /// The database does not match its manifest: damaged files, never silently reset.
+    #[error("the store at {path} is damaged: {detail}")]
+    Damaged { path: String, detail: String },
     #[error("{kind} record {key} is corrupt: {detail}")]
     Corrupt {
         kind: &'static str,

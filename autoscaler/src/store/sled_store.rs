@@ -5,11 +5,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 
+use super::manifest::{Found, Manifest, Verdict, verdict};
 use super::records::{decode, encode};
 use super::{JobRecord, MachineRecord, SCHEMA_VERSION, SidecarRecord, Store, StoreError};
 use crate::core::{JobId, SidecarId};
 
 const SCHEMA_KEY: &str = "schema_version";
+const STORE_ID_KEY: &str = "store_id";
+/// Counts flushes; the manifest records a value the database reached, to detect a damaged log.
+const COMMIT_KEY: &str = "commit";
+/// How often a flush also brings the manifest's commit number up to date.
+const MANIFEST_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Debug)]
 pub struct SledStore {
@@ -26,23 +32,29 @@ pub struct SledStore {
     flushed: AtomicU64,
     flushes: AtomicU64,
     flush_lock: tokio::sync::Mutex<()>,
+    store_id: String,
+    /// The last commit number flushed to disk.
+    commit: AtomicU64,
+    manifest_written: std::sync::Mutex<std::time::Instant>,
 }
 
 impl SledStore {
-    /// Opens (or creates) the store in `dir`. Refuses a store written by a newer schema.
+    /// Opens (or creates) the store in `dir`. Refuses a store written by a newer schema, and a
+    /// database that does not match its manifest (see `manifest`).
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let open_err = |detail: String| StoreError::Open {
             path: dir.display().to_string(),
             detail,
         };
         std::fs::create_dir_all(dir).map_err(|e| open_err(e.to_string()))?;
+        let manifest = Manifest::read(dir)?;
         let db = sled::Config::new()
             .path(dir.join("db"))
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|e| open_err(e.to_string()))?;
         let tree = |name: &str| db.open_tree(name).map_err(|e| open_err(e.to_string()));
-        let store = Self {
+        let mut store = Self {
             path: dir.to_path_buf(),
             jobs: tree("jobs")?,
             payloads: tree("payloads")?,
@@ -54,18 +66,77 @@ impl SledStore {
             flushed: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             flush_lock: tokio::sync::Mutex::new(()),
+            store_id: String::new(),
+            commit: AtomicU64::new(0),
+            manifest_written: std::sync::Mutex::new(std::time::Instant::now()),
+        };
+        let found = store.found()?;
+        store.commit.store(found.commit, Ordering::SeqCst);
+        store.store_id = match verdict(dir, manifest.as_ref(), &found)? {
+            Verdict::Adopt => {
+                let id = format!("{:016x}", rand::random::<u64>());
+                store.put_meta(STORE_ID_KEY, id.as_bytes())?;
+                id
+            }
+            Verdict::Intact => found.store_id.unwrap_or_default(),
+            Verdict::Rewrite => {
+                tracing::warn!(path = %dir.display(), "the store manifest was missing; writing a new one");
+                found.store_id.unwrap_or_default()
+            }
         };
         store.check_schema()?;
+        store.db.flush().map_err(io)?;
+        store.checkpoint()?;
         Ok(store)
+    }
+
+    /// What the database says about itself, for the manifest check.
+    fn found(&self) -> Result<Found, StoreError> {
+        let store_id = self
+            .meta(STORE_ID_KEY)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        let commit = match self.meta(COMMIT_KEY)? {
+            Some(v) => <[u8; 8]>::try_from(v.as_slice())
+                .map(u64::from_be_bytes)
+                .map_err(|_| StoreError::Corrupt {
+                    kind: "meta",
+                    key: COMMIT_KEY.into(),
+                    detail: format!("{} bytes instead of 8", v.len()),
+                })?,
+            None => 0,
+        };
+        let has_records = [&self.jobs, &self.sidecars, &self.machines, &self.meta]
+            .iter()
+            .any(|t| !t.is_empty());
+        Ok(Found {
+            store_id,
+            commit,
+            has_records,
+        })
+    }
+
+    /// Records the last flushed commit number in the manifest.
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        let manifest = Manifest::new(
+            SCHEMA_VERSION,
+            self.store_id.clone(),
+            self.commit.load(Ordering::SeqCst),
+        );
+        manifest.write(&self.path)?;
+        self.manifest_written_now();
+        Ok(())
+    }
+
+    fn manifest_written_now(&self) {
+        *self
+            .manifest_written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
         match self.meta(SCHEMA_KEY)? {
-            None => {
-                self.put_meta(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())?;
-                self.db.flush().map_err(io)?;
-                Ok(())
-            }
+            None => self.put_meta(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes()),
             Some(bytes) => {
                 let found = <[u8; 4]>::try_from(bytes.as_slice())
                     .map(u32::from_be_bytes)
@@ -90,6 +161,14 @@ impl SledStore {
     /// How many flushes reached the disk; with `durable` calls this shows the group commit.
     pub fn flush_count(&self) -> u64 {
         self.flushes.load(Ordering::Relaxed)
+    }
+
+    fn manifest_due(&self) -> bool {
+        self.manifest_written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .elapsed()
+            >= MANIFEST_EVERY
     }
 
     fn wrote(&self) {
@@ -232,13 +311,34 @@ impl Store for SledStore {
                 return Ok(());
             }
             let covered = self.writes.load(Ordering::SeqCst);
-            let db = self.db.clone();
-            tokio::task::spawn_blocking(move || db.flush())
-                .await
-                .map_err(|e| StoreError::Io(format!("flush task failed: {e}")))?
+            // The commit number rides in the same flush; the manifest learns it afterwards.
+            let commit = self.commit.load(Ordering::SeqCst) + 1;
+            self.meta
+                .insert(COMMIT_KEY, &commit.to_be_bytes())
                 .map_err(io)?;
+            let db = self.db.clone();
+            let manifest = self.manifest_due().then(|| {
+                (
+                    Manifest::new(SCHEMA_VERSION, self.store_id.clone(), commit),
+                    self.path.clone(),
+                )
+            });
+            let wrote_manifest = manifest.is_some();
+            tokio::task::spawn_blocking(move || {
+                db.flush().map_err(io)?;
+                match manifest {
+                    Some((manifest, dir)) => manifest.write(&dir),
+                    None => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| StoreError::Io(format!("flush task failed: {e}")))??;
+            self.commit.store(commit, Ordering::SeqCst);
             self.flushed.fetch_max(covered, Ordering::SeqCst);
             self.flushes.fetch_add(1, Ordering::Relaxed);
+            if wrote_manifest {
+                self.manifest_written_now();
+            }
             Ok(())
         })
     }

@@ -238,6 +238,7 @@ impl Client {
                 .await
                 .map_err(ClientError::transport)?;
             let status = response.status().as_u16();
+            tracing::debug!(%method, path = url.path(), status, attempt, request_id = %request_id, "API call answered");
             if !is_retriable_status(status) || attempt >= self.policy.max_attempts {
                 return Ok(response);
             }

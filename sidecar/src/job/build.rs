@@ -95,6 +95,7 @@ impl<'a> Build<'a> {
             return result;
         }
 
+        tracing::debug!(job_id = self.job.id, "stage get_sources");
         let mut failure: Option<BuildResult> = self.get_sources().await.err();
         if failure.is_none() && !self.stopping() {
             failure = self.download_dependencies().await.err();
@@ -112,6 +113,7 @@ impl<'a> Build<'a> {
             if !step.when.applies(failure.is_some()) {
                 continue;
             }
+            tracing::debug!(job_id = self.job.id, step = %step.name, "stage step");
             if let Err(r) = self.run_step(step).await
                 && failure.is_none()
             {
@@ -125,6 +127,7 @@ impl<'a> Build<'a> {
             result = self.result_after(result);
         }
         if !matches!(result, BuildResult::Aborted { .. }) {
+            tracing::debug!(job_id = self.job.id, "stage upload_artifacts");
             if let Err(r) = self.upload_artifacts(&result).await
                 && result == BuildResult::Success
             {

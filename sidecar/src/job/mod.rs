@@ -287,6 +287,11 @@ pub async fn run_job(
         updater.run_incremental(stop_updates.clone()),
     );
     forward.abort();
+    tracing::debug!(
+        job_id = id,
+        ?result,
+        "build ended; sending the rest of the trace and the final update"
+    );
     finish(id, &trace, &mut updater, result, &supported).await
 }
 

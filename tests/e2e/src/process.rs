@@ -70,13 +70,23 @@ impl Proc {
     /// autoscaler with an admin API prints two), and returns the URLs in order.
     pub async fn spawn_announcing(
         name: &str,
+        command: Command,
+        lines: usize,
+    ) -> Result<(Self, Vec<String>)> {
+        Self::spawn_announcing_logging(name, command, lines, Stdio::inherit()).await
+    }
+
+    /// [`Proc::spawn_announcing`] with stderr (the logs) going to `stderr`, e.g. a file.
+    pub async fn spawn_announcing_logging(
+        name: &str,
         mut command: Command,
         lines: usize,
+        stderr: Stdio,
     ) -> Result<(Self, Vec<String>)> {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true);
         let mut child = command
             .spawn()

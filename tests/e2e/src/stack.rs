@@ -161,6 +161,26 @@ impl Autoscaler {
         Ok(())
     }
 
+    /// Waits until the autoscaler reports that its graceful shutdown began (`/healthz` 503).
+    pub async fn wait_draining(&self, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        let client = reqwest::Client::new();
+        loop {
+            let status = client
+                .get(format!("{}/healthz", self.admin_url))
+                .send()
+                .await?
+                .status();
+            if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the autoscaler did not start draining within {within:?} (healthz {status})");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn config_path(&self) -> &Path {
         &self.config_path
     }

@@ -20,7 +20,7 @@ use serde_json::json;
 pub use client::{Client, ClientError};
 pub use types::{
     ArtifactSpec, ArtifactView, CancelOutcome, EnqueuedJob, FaultAction, FaultId, FaultRule,
-    JobSpec, JobStatus, JobVariable, JobView, NewRunner, RunnerView, Stats, WaitFor,
+    JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewRunner, RunnerView, Stats, WaitFor,
 };
 
 use crate::api::file_response;
@@ -34,6 +34,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/control/runners", post(add_runner).get(list_runners))
         .route("/control/runners/{token}", get(runner))
         .route("/control/jobs", post(enqueue).get(list_jobs))
+        .route("/control/jobs/batch", post(enqueue_batch))
         .route("/control/jobs/{id}", get(job))
         .route("/control/jobs/{id}/trace", get(trace))
         .route(
@@ -131,6 +132,31 @@ async fn enqueue(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         Ok(job) => {
             tracing::info!(job.id = job.id, "job enqueued");
             (StatusCode::CREATED, Json(job)).into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// `POST /control/jobs/batch` `{"spec": JobSpec, "count": N}`: N copies in one call, for load
+/// tests that need thousands of jobs queued at once.
+async fn enqueue_batch(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let batch: JobBatch = match parse(&body) {
+        Ok(batch) => batch,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if batch.count == 0 || batch.count > 100_000 {
+        return error(StatusCode::BAD_REQUEST, "count must be 1 to 100000");
+    }
+    let now = Instant::now();
+    let result = shared.mutate(|s| {
+        (0..batch.count)
+            .map(|_| s.enqueue(batch.spec.clone(), now))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    match result {
+        Ok(jobs) => {
+            tracing::info!(jobs = jobs.len(), "jobs enqueued");
+            (StatusCode::CREATED, Json(jobs)).into_response()
         }
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }

@@ -2,7 +2,8 @@
 //!
 //! - `test`: formatting, lints, a build of every binary, then every test (the command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
-//! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner).
+//! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
+//! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`.
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
 
@@ -17,9 +18,10 @@ fn main() -> ExitCode {
         "test" => test(&rest),
         "demo" => demo(&rest),
         "chaos" => chaos(&rest),
+        "bench" => bench(&rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo|chaos> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])"
+                "usage: cargo xtask <test|demo|chaos|bench> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write])"
             );
             return ExitCode::from(2);
         }
@@ -164,6 +166,13 @@ fn run_chaos(extra: &[String]) -> Result<()> {
     let binary = workspace_root()?.join("target/debug/chaos");
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     run(binary.to_str().context("non-UTF-8 path")?, &extra)
+}
+
+fn bench(extra: &[String]) -> Result<()> {
+    run("cargo", &["build", "--release", "--workspace", "--bins"])?;
+    let bench = workspace_root()?.join("target/release/bench");
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    run(bench.to_str().context("non-UTF-8 path")?, &extra)
 }
 
 fn demo(extra: &[String]) -> Result<()> {

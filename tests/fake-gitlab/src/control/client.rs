@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::types::{
-    CancelOutcome, EnqueuedJob, FaultId, FaultRule, JobSpec, JobStatus, JobView, NewRunner,
-    RunnerView, Stats, WaitFor,
+    CancelOutcome, EnqueuedJob, FaultId, FaultRule, JobBatch, JobSpec, JobStatus, JobView,
+    NewRunner, RunnerView, Stats, WaitFor,
 };
 
 /// Extra time the HTTP call gets beyond the server-side wait, so the `408` arrives first.
@@ -139,6 +139,20 @@ impl Client {
     /// `POST /control/jobs`.
     pub async fn enqueue(&self, spec: &JobSpec) -> Result<EnqueuedJob, ClientError> {
         self.post_json("/jobs", spec, StatusCode::CREATED).await
+    }
+
+    /// `POST /control/jobs/batch`: `count` copies of `spec`.
+    pub async fn enqueue_batch(
+        &self,
+        spec: &JobSpec,
+        count: u32,
+    ) -> Result<Vec<EnqueuedJob>, ClientError> {
+        let batch = JobBatch {
+            spec: spec.clone(),
+            count,
+        };
+        self.post_json("/jobs/batch", &batch, StatusCode::CREATED)
+            .await
     }
 
     /// `GET /control/jobs`.

@@ -154,6 +154,13 @@ impl Default for ArtifactSpec {
     }
 }
 
+/// `POST /control/jobs/batch`: `count` jobs from one spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobBatch {
+    pub spec: JobSpec,
+    pub count: u32,
+}
+
 /// Answer to `POST /control/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnqueuedJob {

@@ -3,7 +3,7 @@
 
 mod job;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
@@ -25,6 +25,9 @@ struct Runner {
     requests: u64,
     system_ids: Vec<String>,
     last_info: Option<serde_json::Value>,
+    /// Ids of this runner's jobs that became pending, oldest first. Entries whose job left
+    /// `pending` some other way are dropped when met, so a request never scans every job.
+    pending: BTreeSet<u64>,
 }
 
 impl Runner {
@@ -188,6 +191,7 @@ impl State {
                     requests: 0,
                     system_ids: Vec::new(),
                     last_info: None,
+                    pending: BTreeSet::new(),
                 }
             })
             .view(token)
@@ -282,6 +286,9 @@ impl State {
         self.job_ids_by_token.insert(token.clone(), id);
         self.jobs
             .insert(id, Job::new(id, token.clone(), spec, pipeline_id, sha, now));
+        if let Some(runner) = self.runners.get_mut(&runner_token) {
+            runner.pending.insert(id);
+        }
         self.tick_queue(&runner_token);
         Ok(EnqueuedJob { id, token })
     }
@@ -303,14 +310,16 @@ impl State {
     pub fn take_job(&mut self, request: &JobRequest, now: Instant) -> Option<Handout> {
         let features = request.features();
         let token = request.token.as_str();
-        let pending: Vec<u64> = self
-            .jobs
-            .values()
-            .filter(|job| job.status == JobStatus::Pending && job.spec.runner_token == token)
-            .map(|job| job.id)
-            .collect();
-        for (position, id) in pending.iter().enumerate() {
-            let job = self.jobs.get_mut(id)?;
+        loop {
+            let runner = self.runners.get_mut(token)?;
+            let id = runner.pending.pop_first()?;
+            let queue_size = runner.pending.len();
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            if job.status != JobStatus::Pending || job.spec.runner_token != token {
+                continue;
+            }
             if let Some(missing) = job.missing_feature(&features) {
                 tracing::info!(
                     job.id = id,
@@ -323,14 +332,12 @@ impl State {
             let time_in_queue = now.saturating_duration_since(job.queued_at);
             job.hand_out(request.system_id.clone(), features, now, self.ack_window);
             let ack_deadline = job.ack_deadline;
-            let queue_size = pending.len() - position - 1;
-            let payload = self.payload_input(*id, time_in_queue, queue_size)?;
+            let payload = self.payload_input(id, time_in_queue, queue_size)?;
             return Some(Handout {
                 payload,
                 ack_deadline,
             });
         }
-        None
     }
 
     fn payload_input(
@@ -384,6 +391,9 @@ impl State {
                 );
                 job.requeue(now);
                 let token = job.spec.runner_token.clone();
+                if let Some(runner) = self.runners.get_mut(&token) {
+                    runner.pending.insert(id);
+                }
                 self.tick_queue(&token);
                 AckCheck::Requeued
             }

@@ -1,0 +1,8 @@
+//! One module per figure of the benchmark; each returns its rows.
+
+pub mod artifacts;
+pub mod durability;
+pub mod footprint;
+pub mod pickup;
+pub mod throughput;
+pub mod trace;

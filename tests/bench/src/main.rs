@@ -1,0 +1,154 @@
+//! The benchmark: `cargo xtask bench` (a release build of this binary).
+//!
+//! Starts the fake GitLab, the autoscaler and many lightweight protocol clients, measures each
+//! figure with the clients talking to the fake GitLab directly and through the autoscaler,
+//! prints the table with targets, and writes it into `BENCHMARKS.md` between its markers.
+//!
+//! `bench [FIGURE...] [--quick] [--no-write]`; figures: `pickup`, `throughput`, `trace`,
+//! `artifacts`, `footprint`, `durability`. `--quick` shrinks every figure (a smoke run; its
+//! numbers are not written).
+
+#![allow(clippy::print_stdout)]
+
+mod client;
+mod figures;
+mod report;
+mod stack;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use report::Row;
+
+const BEGIN: &str = "<!-- bench:begin -->";
+const END: &str = "<!-- bench:end -->";
+
+#[derive(Debug)]
+struct Args {
+    chosen: Vec<String>,
+    quick: bool,
+    write: bool,
+}
+
+fn args() -> Args {
+    let mut out = Args {
+        chosen: Vec::new(),
+        quick: false,
+        write: true,
+    };
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--quick" => out.quick = true,
+            "--no-write" => out.write = false,
+            _ => out.chosen.push(a),
+        }
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(args()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<bool> {
+    let wants = |name: &str| args.chosen.is_empty() || args.chosen.iter().any(|c| c == name);
+    let scratch = tempfile::Builder::new()
+        .prefix("autoscaler-bench-")
+        .tempdir()?;
+    // BENCH_KEEP=1 keeps the processes' logs and state for a look afterwards.
+    let dir = if std::env::var_os("BENCH_KEEP").is_some() {
+        let kept = scratch.keep();
+        println!("Keeping logs and state in {}", kept.display());
+        kept
+    } else {
+        scratch.path().to_path_buf()
+    };
+    let dir = dir.as_path();
+    let q = args.quick;
+    println!("Benchmark on {}\n", report::machine());
+    let started = Instant::now();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut step = |name: &str, result: Result<Vec<Row>>| -> Result<()> {
+        let new = result.with_context(|| format!("figure {name}"))?;
+        print!(
+            "{}",
+            report::table(&new)
+                .lines()
+                .skip(2)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
+        rows.extend(new);
+        Ok(())
+    };
+    if wants("pickup") {
+        let r = figures::pickup::run(&dir.join("pickup"), if q { 50 } else { 400 }).await;
+        step("pickup", r)?;
+    }
+    if wants("throughput") {
+        let r = figures::throughput::run(&dir.join("throughput"), if q { 2 } else { 10 }).await;
+        step("throughput", r)?;
+    }
+    if wants("trace") {
+        let r = figures::trace::run(&dir.join("trace"), if q { 1 } else { 5 }).await;
+        step("trace", r)?;
+    }
+    if wants("artifacts") {
+        let size = if q { 64 << 20 } else { 1 << 30 };
+        let r = figures::artifacts::run(&dir.join("artifacts"), size).await;
+        step("artifacts", r)?;
+    }
+    if wants("footprint") {
+        let (m, j) = if q { (1_000, 2_000) } else { (10_000, 20_000) };
+        let r = figures::footprint::run(&dir.join("footprint"), m, j).await;
+        step("footprint", r)?;
+    }
+    if wants("durability") {
+        let r = figures::durability::run(&dir.join("durability"), if q { 256 } else { 2048 }).await;
+        step("durability", r)?;
+    }
+    let table = report::table(&rows);
+    let took = started.elapsed().as_secs_f64();
+    println!("\n{table}\nThe whole run took {took:.0} s.");
+    let all_met = rows.iter().all(|r| r.met);
+    if args.write && !args.quick && args.chosen.is_empty() {
+        let path = write(&table, took)?;
+        println!("Wrote {}.", path.display());
+    }
+    Ok(all_met)
+}
+
+/// Puts the table between the markers of `BENCHMARKS.md`, keeping the prose around it.
+fn write(table: &str, took: f64) -> Result<PathBuf> {
+    let path = e2e::stack::repo_root().join("BENCHMARKS.md");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let (head, rest) = text
+        .split_once(BEGIN)
+        .context("BENCHMARKS.md has no begin marker")?;
+    let (_, tail) = rest
+        .split_once(END)
+        .context("BENCHMARKS.md has no end marker")?;
+    let when = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let body = format!(
+        "{BEGIN}\nMeasured {when} by `cargo xtask bench` ({took:.0} s) on {}.\n\n{table}{END}",
+        report::machine()
+    );
+    std::fs::write(&path, format!("{head}{body}{tail}"))?;
+    Ok(path)
+}

@@ -1,0 +1,146 @@
+//! Graceful shutdown with real processes: the first SIGTERM stops intake and lets running jobs
+//! finish; a second exits at once, and the next start carries the job on.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, Sidecar, register_sidecar};
+use fake_gitlab::control::{JobSpec, JobStatus};
+use nix::sys::signal::Signal;
+use tempfile::TempDir;
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+struct Rig {
+    gitlab: FakeGitLab,
+    autoscaler: Autoscaler,
+    pool: PoolSpec,
+    /// A job blocked on `gate` goes on once the test creates the file.
+    gate: PathBuf,
+    _sidecar: Sidecar,
+    _dir: TempDir,
+}
+
+/// One static pool with one built-in sidecar running one job at a time.
+async fn rig() -> Result<Rig> {
+    let dir = tempfile::tempdir()?;
+    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    let pool = PoolSpec::new("default");
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let autoscaler = Autoscaler::start(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"5s\"\nshutdown_grace = \"60s\"",
+    )
+    .await?;
+    let token = register_sidecar(&autoscaler.url, &pool.registration_token, "sidecar").await?;
+    let sidecar = Sidecar::start(
+        "sidecar",
+        &autoscaler.url,
+        &token,
+        1,
+        &dir.path().join("builds"),
+    )?;
+    Ok(Rig {
+        gitlab,
+        autoscaler,
+        pool,
+        gate: dir.path().join("gate"),
+        _sidecar: sidecar,
+        _dir: dir,
+    })
+}
+
+impl Rig {
+    /// A job that prints a line, waits for the gate, then prints another.
+    async fn gated_job(&self) -> Result<u64> {
+        let gate = self.gate.display();
+        let spec = JobSpec::new(
+            &self.pool.upstream_token,
+            &[
+                "echo before the gate",
+                &format!("while [ ! -e {gate} ]; do sleep 0.05; done"),
+                "echo after the gate",
+            ],
+        );
+        Ok(self.gitlab.control.enqueue(&spec).await?.id)
+    }
+
+    fn open_gate(&self) -> Result<()> {
+        std::fs::write(&self.gate, b"")?;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_intake_and_lets_the_running_job_finish_before_exiting() -> Result<()> {
+    let mut r = rig().await?;
+    let running = r.gated_job().await?;
+    r.gitlab.control.wait_running(running, WITHIN).await?;
+    let waiting = r
+        .gitlab
+        .control
+        .enqueue(&JobSpec::new(&r.pool.upstream_token, &["echo never"]))
+        .await?
+        .id;
+
+    r.autoscaler.proc.signal(Signal::SIGTERM)?;
+    r.autoscaler.wait_draining(WITHIN).await?;
+    ensure!(
+        r.autoscaler.proc.try_status().is_none(),
+        "the autoscaler must wait for the running job"
+    );
+    r.open_gate()?;
+
+    let status = r.autoscaler.proc.wait(WITHIN).await?;
+    ensure!(status.success(), "graceful shutdown exits 0, got {status}");
+    let view = r.gitlab.control.job(running).await?;
+    ensure!(view.status == JobStatus::Success, "{view:?}");
+    let trace = String::from_utf8_lossy(&r.gitlab.control.trace(running).await?).into_owned();
+    ensure!(
+        trace.contains("before the gate") && trace.contains("after the gate"),
+        "the whole trace reached GitLab:\n{trace}"
+    );
+    let view = r.gitlab.control.job(waiting).await?;
+    ensure!(
+        view.status == JobStatus::Pending,
+        "a draining autoscaler takes no new job from GitLab: {view:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once_and_the_next_start_carries_the_job_on() -> Result<()> {
+    let mut r = rig().await?;
+    let job = r.gated_job().await?;
+    r.gitlab.control.wait_running(job, WITHIN).await?;
+
+    r.autoscaler.proc.signal(Signal::SIGTERM)?;
+    r.autoscaler.wait_draining(WITHIN).await?;
+    r.autoscaler.proc.signal(Signal::SIGTERM)?;
+    // The grace period is 60 s; a second signal must not wait for it.
+    let status = r.autoscaler.proc.wait(Duration::from_secs(10)).await?;
+    ensure!(status.success(), "{status}");
+    ensure!(
+        r.gitlab.control.job(job).await?.status == JobStatus::Running,
+        "the job is still running on its sidecar"
+    );
+
+    // The job ends while the autoscaler is down; its sidecar keeps retrying until it is back.
+    r.open_gate()?;
+    r.autoscaler.restart().await?;
+    let view = r.gitlab.control.wait_final(job, WITHIN).await?;
+    ensure!(view.status == JobStatus::Success, "{view:?}");
+    let trace = String::from_utf8_lossy(&r.gitlab.control.trace(job).await?).into_owned();
+    ensure!(
+        trace.contains("before the gate") && trace.contains("after the gate"),
+        "{trace}"
+    );
+    ensure!(
+        view.reported_bytesize == Some(view.trace_bytes),
+        "no trace byte lost across the restart: {view:?}"
+    );
+    Ok(())
+}
