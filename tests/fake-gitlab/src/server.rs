@@ -163,6 +163,8 @@ async fn accept_loop(listener: TcpListener, router: Router, shared: Arc<Shared>)
         };
         match accepted {
             Ok((stream, peer)) => {
+                // As GitLab's front ends do: no Nagle delay on small responses.
+                let _ = stream.set_nodelay(true);
                 let router = router.clone();
                 let shutdown = shared.shutdown.clone();
                 shared
