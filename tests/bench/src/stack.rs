@@ -13,7 +13,7 @@ use tokio::process::Command;
 #[derive(Debug)]
 pub struct Gitlab {
     /// Kept so that the process lives as long as this (it is killed when dropped).
-    _proc: Proc,
+    proc: Proc,
     pub url: String,
     pub control: Client,
 }
@@ -32,7 +32,7 @@ impl Gitlab {
             Proc::spawn_announcing_logging("fake-gitlab", command, 1, Stdio::from(log)).await?;
         let url = urls.remove(0);
         Ok(Self {
-            _proc: proc,
+            proc,
             control: Client::new(url.clone()),
             url,
         })
@@ -44,6 +44,12 @@ pub struct Autoscaler {
     pub proc: Proc,
     pub url: String,
     pub admin_url: String,
+}
+
+impl Gitlab {
+    pub fn pid(&self) -> Result<u32> {
+        self.proc.pid().context("the fake GitLab has exited")
+    }
 }
 
 impl Autoscaler {
@@ -115,4 +121,20 @@ pub fn memory(pid: u32) -> Result<(u64, u64)> {
 pub fn reset_peak(pid: u32) -> Result<()> {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
         .context("cannot reset the peak memory figure")
+}
+
+/// CPU time (user and system) a process has used so far, in seconds; `None` is this process.
+pub fn cpu_seconds(pid: Option<u32>) -> Result<f64> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_string(),
+        |p| format!("/proc/{p}/stat"),
+    );
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields after the command name (which may hold spaces) in parentheses; utime and stime
+    // are the 14th and 15th fields, in clock ticks of 1/100 s (Linux's USER_HZ).
+    let after = stat.rsplit_once(')').context("malformed stat line")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks =
+        |i: usize| -> Result<f64> { Ok(fields.get(i).context("short stat line")?.parse::<f64>()?) };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
