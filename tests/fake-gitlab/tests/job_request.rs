@@ -320,3 +320,31 @@ async fn answers_carry_x_request_id() {
         .unwrap();
     assert_eq!(header(&response, "x-request-id").map(str::len), Some(32));
 }
+
+#[tokio::test]
+async fn a_batch_queues_distinct_jobs_handed_out_in_order() {
+    let (server, control) = server(|_| {}).await;
+    let spec = JobSpec::new(RUNNER_TOKEN, &["true"]);
+    let queued = control.enqueue_batch(&spec, 3).await.unwrap();
+    assert_eq!(queued.len(), 3);
+    let mut ids: Vec<u64> = queued.iter().map(|j| j.id).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "each copy is its own job");
+    assert_ne!(queued[0].token, queued[1].token, "each job has its own token");
+
+    let mut runner = Runner::new(&server, features(&[]));
+    for expected in &queued {
+        let payload = runner.take_job().await;
+        assert_eq!(job_id(&payload), expected.id);
+        assert_eq!(payload["token"], expected.token);
+    }
+    assert_eq!(runner.request().await.status(), StatusCode::NO_CONTENT);
+
+    let refused = http()
+        .post(format!("{}/control/jobs/batch", server.url()))
+        .json(&json!({"spec": spec, "count": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+}

@@ -86,10 +86,11 @@ pub async fn run(dir: &Path, seconds: u64) -> Result<Vec<Row>> {
     let through = measure(&http, &autoscaler.url, &tokens, duration, pids).await?;
 
     let ratio = through.lifecycles_per_s / direct.lifecycles_per_s;
-    // Everything shares the same cores, so the ratio cannot exceed the share of CPU time that
-    // GitLab and the runners get when the autoscaler's is added to theirs.
+    // Everything shares the same cores: when both runs keep them busy, each rate is the cores
+    // divided by the CPU time a lifecycle costs all processes together, so the ratio can be
+    // no more than the ratio of those costs.
     let (d, t) = (direct.cpu, through.cpu);
-    let ceiling = (d.gitlab + d.clients) / (d.gitlab + d.clients + t.autoscaler);
+    let ceiling = (d.gitlab + d.clients) / (t.gitlab + t.clients + t.autoscaler);
     println!(
         "  (CPU per lifecycle: fake GitLab {:.0} µs direct, {:.0} µs through; clients {:.0} µs, {:.0} µs; \
          autoscaler {:.0} µs. On shared cores the ratio can be at most {ceiling:.2}.)",
