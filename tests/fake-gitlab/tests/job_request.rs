@@ -327,10 +327,12 @@ async fn a_batch_queues_distinct_jobs_handed_out_in_order() {
     let spec = JobSpec::new(RUNNER_TOKEN, &["true"]);
     let queued = control.enqueue_batch(&spec, 3).await.unwrap();
     assert_eq!(queued.len(), 3);
-    let mut ids: Vec<u64> = queued.iter().map(|j| j.id).collect();
-    ids.dedup();
+    let ids: std::collections::BTreeSet<u64> = queued.iter().map(|j| j.id).collect();
     assert_eq!(ids.len(), 3, "each copy is its own job");
-    assert_ne!(queued[0].token, queued[1].token, "each job has its own token");
+    assert_ne!(
+        queued[0].token, queued[1].token,
+        "each job has its own token"
+    );
 
     let mut runner = Runner::new(&server, features(&[]));
     for expected in &queued {
