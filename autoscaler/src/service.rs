@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -217,13 +216,6 @@ pub async fn run_with(
     let mut server = {
         let stop = stop_server.clone();
         tokio::spawn(async move {
-            // Responses may go out in several writes (relayed bodies are streamed): without
-            // TCP_NODELAY, Nagle's algorithm and delayed ACKs can hold the last one back.
-            let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                }
-            });
             axum::serve(listener, mirror::router(app))
                 .with_graceful_shutdown(async move { stop.cancelled().await })
                 .await

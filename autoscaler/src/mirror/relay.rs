@@ -95,11 +95,33 @@ async fn forward(
     }
 }
 
-fn respond(forwarded: Forwarded) -> Response {
-    let mut response = Body::from_stream(forwarded.body).into_response();
+/// Answers above this size (artifact downloads) are streamed through; smaller ones (updates,
+/// trace acknowledgements) are read whole first so that they go out in one write with their
+/// headers: a streamed body is a second write, hence a second segment and a second wake-up
+/// for the sidecar on every relayed call.
+const WHOLE_ANSWER_BYTES: u64 = 64 * 1024;
+
+async fn respond(forwarded: Forwarded) -> Result<Response, ApiError> {
+    let headers = filter_response_headers(&forwarded.headers);
+    let small = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n <= WHOLE_ANSWER_BYTES);
+    let body = if small {
+        let chunks: Vec<bytes::Bytes> = forwarded
+            .body
+            .try_collect()
+            .await
+            .map_err(|e| ApiError::BadGateway(format!("GitLab's answer broke off: {e}")))?;
+        Body::from(chunks.concat())
+    } else {
+        Body::from_stream(forwarded.body)
+    };
+    let mut response = body.into_response();
     *response.status_mut() = forwarded.status;
-    *response.headers_mut() = filter_response_headers(&forwarded.headers);
-    response
+    *response.headers_mut() = headers;
+    Ok(response)
 }
 
 #[derive(Deserialize)]
@@ -162,7 +184,7 @@ pub async fn update_job(
         record_event(&app, id, JobEvent::Ended);
         tracing::info!(state, upstream_status = status, "job ended");
     }
-    Ok(respond(forwarded))
+    respond(forwarded).await
 }
 
 fn note<E: std::fmt::Display>(result: Result<(), E>) {
@@ -245,7 +267,7 @@ pub async fn patch_trace(
     {
         app.jobs.set_trace_length(id, length);
     }
-    Ok(respond(forwarded))
+    respond(forwarded).await
 }
 
 /// `POST /api/v4/jobs/:id/artifacts`: streamed to GitLab as it arrives; while GitLab is failing,
@@ -288,7 +310,7 @@ pub async fn upload_artifacts(
         upstream_status = forwarded.status.as_u16(),
         "artifacts relayed"
     );
-    Ok(respond(forwarded))
+    respond(forwarded).await
 }
 
 /// `GET /api/v4/jobs/:id/artifacts`: a dependency's artifacts, streamed back.
@@ -312,5 +334,5 @@ pub async fn download_artifacts(
         app.limits.artifact_timeout,
     )
     .await?;
-    Ok(respond(forwarded))
+    respond(forwarded).await
 }
