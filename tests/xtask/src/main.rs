@@ -1,11 +1,14 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
-//! - `test`: formatting, lints, a build of every binary, then every test (the command CI runs);
+//! - `test`: formatting, lints, a build of every binary, every test, then a check that no process
+//!   of a local machine outlived them (the command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
 //! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`.
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
+
+mod leftovers;
 
 use std::process::{Command, ExitCode};
 
@@ -142,6 +145,7 @@ fn test(extra: &[String]) -> Result<()> {
     )?;
     // The end-to-end tests start the workspace's binaries as processes.
     run("cargo", &["build", "--workspace", "--bins"])?;
+    let before = leftovers::before();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if has_cargo_subcommand("nextest") {
         let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
@@ -152,7 +156,8 @@ fn test(extra: &[String]) -> Result<()> {
         args.extend(&extra);
         run("cargo", &args)?;
     }
-    run_chaos(&[])
+    run_chaos(&[])?;
+    leftovers::check(&before)
 }
 
 fn chaos(extra: &[String]) -> Result<()> {
