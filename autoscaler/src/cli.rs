@@ -169,7 +169,8 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
 }
 
 fn run(config: Config) -> ExitCode {
-    telemetry::init(&config.log);
+    // Dropped last (after the runtime), so that every line logged is written before exit.
+    let _log_writer = telemetry::init(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

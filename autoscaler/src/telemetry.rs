@@ -3,21 +3,31 @@
 
 use std::io::IsTerminal;
 
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogConfig, LogFormat};
 
-pub fn init(config: &LogConfig) {
+/// Installs the subscriber. Lines are written to stderr by a thread of their own, so that a slow
+/// log sink (a file during write-back, a busy journald) never stalls a request; when that
+/// thread falls 128k lines behind, logging waits rather than drops lines. Keep the guard for
+/// the life of the process: dropping it writes out what is still queued.
+pub fn init(config: &LogConfig) -> WorkerGuard {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     // A second initialisation (tests, or `run` after `check-config` in one process) is harmless.
     let _ = match config.format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    guard
 }

@@ -79,8 +79,10 @@ async fn run(args: Args) -> Result<bool> {
     println!("Benchmark on {}\n", report::machine());
     let started = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
+    let keep = std::env::var_os("BENCH_KEEP").is_some();
     let mut step = |name: &str, result: Result<Vec<Row>>| -> Result<()> {
         let new = result.with_context(|| format!("figure {name}"))?;
+        settle(&dir.join(name), keep)?;
         print!(
             "{}",
             report::table(&new)
@@ -127,6 +129,21 @@ async fn run(args: Args) -> Result<bool> {
         println!("Wrote {}.", path.display());
     }
     Ok(all_met)
+}
+
+/// Lets the disk go quiet after a figure: its state is deleted (unless kept) and what is still
+/// dirty in the page cache is written out, so that the write-back of one figure (hundreds of
+/// MiB of store and logs) does not fall on the next one.
+fn settle(figure_dir: &std::path::Path, keep: bool) -> Result<()> {
+    if !keep && figure_dir.exists() {
+        std::fs::remove_dir_all(figure_dir)
+            .with_context(|| format!("removing {}", figure_dir.display()))?;
+    }
+    let status = std::process::Command::new("sync")
+        .status()
+        .context("running sync")?;
+    anyhow::ensure!(status.success(), "sync failed: {status}");
+    Ok(())
 }
 
 /// Puts the table between the markers of `BENCHMARKS.md`, keeping the prose around it.
