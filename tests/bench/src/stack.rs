@@ -37,6 +37,10 @@ impl Gitlab {
             url,
         })
     }
+
+    pub fn pid(&self) -> Result<u32> {
+        self.proc.pid().context("the fake GitLab has exited")
+    }
 }
 
 #[derive(Debug)]
@@ -44,12 +48,6 @@ pub struct Autoscaler {
     pub proc: Proc,
     pub url: String,
     pub admin_url: String,
-}
-
-impl Gitlab {
-    pub fn pid(&self) -> Result<u32> {
-        self.proc.pid().context("the fake GitLab has exited")
-    }
 }
 
 impl Autoscaler {
