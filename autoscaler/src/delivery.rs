@@ -156,12 +156,18 @@ impl Delivery {
             body: ForwardBody::Bytes(body),
             timeout: CALL_TIMEOUT,
         };
-        let result = self.upstream.forward(call).await;
-        let status = match result {
-            Ok(f) => {
-                self.note_job_status(record.id, job_status(&f.headers));
-                f.status.as_u16()
-            }
+        let (status, job_status) = self.send(call).await?;
+        self.note_job_status(record.id, job_status);
+        Ok(status)
+    }
+
+    /// Sends one of the autoscaler's own calls to GitLab, noting whether GitLab answered. `Err`
+    /// when it did not, or asked to be called again later (5xx, 429); else its status and
+    /// `Job-Status` header.
+    async fn send(&self, call: Forward) -> Result<(u16, Option<String>), DeliveryError> {
+        let answer = self.upstream.forward(call).await;
+        let (status, job_status) = match answer {
+            Ok(f) => (f.status.as_u16(), job_status(&f.headers)),
             Err(e) => {
                 self.gitlab_answered(false);
                 return Err(e.into());
@@ -171,7 +177,7 @@ impl Delivery {
         if status >= 500 || status == 429 {
             return Err(DeliveryError::Status(status));
         }
-        Ok(status)
+        Ok((status, job_status))
     }
 
     /// Sends the job's acknowledgement unless GitLab already confirmed one. `Err` while GitLab
@@ -294,17 +300,7 @@ impl Delivery {
                 body: ForwardBody::Stream(Box::pin(stream)),
                 timeout: UPLOAD_TIMEOUT,
             };
-            let (status, job_status) = match self.upstream.forward(call).await {
-                Ok(f) => (f.status.as_u16(), job_status(&f.headers)),
-                Err(e) => {
-                    self.gitlab_answered(false);
-                    return Err(e.into());
-                }
-            };
-            self.gitlab_answered(status < 500);
-            if status >= 500 || status == 429 {
-                return Err(DeliveryError::Status(status));
-            }
+            let (status, job_status) = self.send(call).await?;
             if status == 403 && job_status.as_deref() == Some("pending") {
                 // GitLab requeued the job (it never saw an acknowledgement): acknowledge it again
                 // and come back; the artifacts are not refused, just early.

@@ -168,22 +168,23 @@ fn chaos(extra: &[String]) -> Result<()> {
 
 /// The chaos suite, from the debug build (the end-to-end tests' binaries).
 fn run_chaos(extra: &[String]) -> Result<()> {
-    let binary = workspace_root()?.join("target/debug/chaos");
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    run(binary.to_str().context("non-UTF-8 path")?, &extra)
+    run_built("debug", "chaos", extra)
 }
 
 fn bench(extra: &[String]) -> Result<()> {
     run("cargo", &["build", "--release", "--workspace", "--bins"])?;
-    let bench = workspace_root()?.join("target/release/bench");
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    run(bench.to_str().context("non-UTF-8 path")?, &extra)
+    run_built("release", "bench", extra)
 }
 
 fn demo(extra: &[String]) -> Result<()> {
     ensure_system_packages()?;
     run("cargo", &["build", "--release", "--workspace", "--bins"])?;
-    let demo = workspace_root()?.join("target/release/demo");
+    run_built("release", "demo", extra)
+}
+
+/// Runs `target/<profile>/<name>` (already built) with `extra` arguments.
+fn run_built(profile: &str, name: &str, extra: &[String]) -> Result<()> {
+    let binary = workspace_root()?.join("target").join(profile).join(name);
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    run(demo.to_str().context("non-UTF-8 path")?, &extra)
+    run(binary.to_str().context("non-UTF-8 path")?, &extra)
 }
