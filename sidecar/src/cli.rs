@@ -1,6 +1,6 @@
 //! Command-line interface. `--url`/`--token` may come from `SIDECAR_URL`/`SIDECAR_TOKEN`
 //! but never from `CI_SERVER_URL`/`CI_SERVER_TOKEN`: those are set inside CI jobs and would
-//! silently point a sidecar started from a job at upstream GitLab (runner-api.md §2.1).
+//! silently point a sidecar started from a job at upstream GitLab (runner-protocol.md §2.1).
 
 use std::path::PathBuf;
 use std::time::Duration;

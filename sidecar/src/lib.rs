@@ -1,8 +1,8 @@
 //! The built-in sidecar: a compact GitLab runner with a shell executor that speaks the
-//! protocol of a stock `gitlab-runner run-single` (see `/work/shared/runner-api.md`).
+//! protocol of a stock `gitlab-runner run-single` (see `api-spec/runner-protocol.md`).
 //!
 //! Layout:
-//! * [`client`] — HTTP calls to GitLab, with the HTTP-level retry policy of runner-api.md §1.1.
+//! * [`client`] — HTTP calls to GitLab, with the HTTP-level retry policy of runner-protocol.md §1.1.
 //! * [`protocol`] — request/response bodies and the job payload (§3, §4).
 //! * [`trace`] — job log: masking, output limit, checksum, offsets and the update loop (§5, §6).
 //! * [`executor`] — bash script generation and process-group handling.
@@ -21,7 +21,7 @@ pub mod runner;
 pub mod secret;
 pub mod trace;
 
-/// Name reported in `info.name` and the User-Agent (runner-api.md §1, §3.1).
+/// Name reported in `info.name` and the User-Agent (runner-protocol.md §1, §3.1).
 pub const NAME: &str = "sidecar";
 /// Crate version, reported as `info.version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

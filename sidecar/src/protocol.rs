@@ -1,4 +1,4 @@
-//! Request and response bodies of the runner API (runner-api.md §2–§4) and the job payload
+//! Request and response bodies of the runner API (runner-protocol.md §2–§4) and the job payload
 //! (§3.4). Only the payload fields the sidecar uses are modelled; unknown fields are ignored,
 //! like the runner's Go structs do.
 

@@ -1,5 +1,5 @@
 //! `run` / `run-single`: N workers polling `POST /jobs/request` and running one job at a
-//! time each (runner-api.md §2.1, §3.2), plus the system id file and shutdown handling.
+//! time each (runner-protocol.md §2.1, §3.2), plus the system id file and shutdown handling.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

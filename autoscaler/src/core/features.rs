@@ -2,7 +2,7 @@
 //!
 //! GitLab drops a job as `runner_unsupported` when the runner that took it lacks a feature the
 //! job needs, and it decides graceful cancellation and two-phase acceptance from the features the
-//! runner advertised (runner-api.md §3.1). The autoscaler takes jobs on behalf of every sidecar of
+//! runner advertised (runner-protocol.md §3.1). The autoscaler takes jobs on behalf of every sidecar of
 //! a pool, so it advertises only what all of them support: a job taken for one sidecar can then
 //! run on any other.
 

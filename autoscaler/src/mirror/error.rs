@@ -1,5 +1,5 @@
 //! Every refusal of the mirrored API, mapped to the status GitLab gives in the same case
-//! (runner-api.md), in one place. Each refusal is logged here, once, inside the request's span
+//! (runner-protocol.md), in one place. Each refusal is logged here, once, inside the request's span
 //! (which carries method, path, request id and, once known, sidecar, pool and job ids).
 
 use axum::http::{HeaderValue, StatusCode};

@@ -1,4 +1,4 @@
-//! `POST /api/v4/jobs/request` for sidecars (runner-api.md §3): long-polled until one of the
+//! `POST /api/v4/jobs/request` for sidecars (runner-protocol.md §3): long-polled until one of the
 //! pool's jobs is handed to this request, or `204` after the long-poll timeout.
 
 use std::sync::Arc;

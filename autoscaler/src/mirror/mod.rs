@@ -1,4 +1,4 @@
-//! The mirrored runner API: GitLab's runner endpoints, served to sidecars (runner-api.md).
+//! The mirrored runner API: GitLab's runner endpoints, served to sidecars (runner-protocol.md).
 //!
 //! Runner-token endpoints (`/runners/*`, `/jobs/request`) are answered here from the
 //! autoscaler's own state; job-token endpoints (`PUT /jobs/:id`, trace, artifacts) are checked
@@ -59,7 +59,7 @@ impl Limits {
     pub fn from_config(config: &Config) -> Self {
         Self {
             long_poll: config.server.long_poll_timeout,
-            // Workhorse reads at most 32 KiB of a job request (runner-api.md §3.1).
+            // Workhorse reads at most 32 KiB of a job request (runner-protocol.md §3.1).
             job_request_bytes: 32 * 1024,
             update_bytes: config.server.max_update_bytes,
             trace_patch_bytes: config.server.max_trace_patch_bytes,

@@ -1,4 +1,4 @@
-//! Job-token calls, relayed to GitLab (runner-api.md §4, §5, §7, §11).
+//! Job-token calls, relayed to GitLab (runner-protocol.md §4, §5, §7, §11).
 //!
 //! Each call is checked first: the job must be one we hold and the token its own (downloads:
 //! a declared dependency of a job we hold). Anything else is refused here and GitLab never sees

@@ -1,4 +1,4 @@
-//! Runner identity endpoints (runner-api.md §2), answered from the autoscaler's own sidecar
+//! Runner identity endpoints (runner-protocol.md §2), answered from the autoscaler's own sidecar
 //! registry. The tokens minted here are the sidecars' own; the pool's upstream token is never
 //! involved.
 
@@ -56,7 +56,7 @@ fn authenticate(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
 }
 
 fn details(id: u64, token: &str) -> Json<serde_json::Value> {
-    // `token_expires_at: null` keeps runners from scheduling token rotation (runner-api.md §2).
+    // `token_expires_at: null` keeps runners from scheduling token rotation (runner-protocol.md §2).
     Json(json!({"id": id, "token": token, "token_expires_at": null}))
 }
 
@@ -141,7 +141,7 @@ pub async fn reset_token(
 }
 
 /// `GET /api/v4/runners/router/discovery`: no job router here; runners fall back to
-/// `POST /jobs/request` on `501` (runner-api.md §8).
+/// `POST /jobs/request` on `501` (runner-protocol.md §8).
 pub async fn router_discovery() -> Response {
     (
         StatusCode::NOT_IMPLEMENTED,

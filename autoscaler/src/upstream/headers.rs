@@ -18,7 +18,7 @@ const REQUEST: &[&str] = &[
     "x-request-id",
 ];
 
-/// GitLab → sidecar: what runners and their helpers read (runner-api.md §4–§7, §11).
+/// GitLab → sidecar: what runners and their helpers read (runner-protocol.md §4–§7, §11).
 const RESPONSE: &[&str] = &[
     "content-type",
     "content-length",
@@ -52,7 +52,7 @@ pub fn filter_response_headers(from: &HeaderMap) -> HeaderMap {
 }
 
 /// When GitLab asked us to come back: `RateLimit-ResetTime` (an HTTP date) if in the future,
-/// else `Retry-After` in whole seconds (the forms the runner honours, runner-api.md §1.1).
+/// else `Retry-After` in whole seconds (the forms the runner honours, runner-protocol.md §1.1).
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let reset = headers
         .get("ratelimit-resettime")

@@ -1,5 +1,5 @@
 //! Selecting artifact files (`paths` globs, directories recursive, `exclude`, untracked)
-//! and writing them as zip (default), gzip or raw (runner-api.md §7.1 formats).
+//! and writing them as zip (default), gzip or raw (runner-protocol.md §7.1 formats).
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,4 +1,4 @@
-//! Job artifacts (runner-api.md §7): selecting and archiving files ([`archive`]), upload
+//! Job artifacts (runner-protocol.md §7): selecting and archiving files ([`archive`]), upload
 //! and download ([`transfer`]).
 
 pub mod archive;

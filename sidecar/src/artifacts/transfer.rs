@@ -1,4 +1,4 @@
-//! Artifact upload and download (runner-api.md §7), with the helper's retry rules on top
+//! Artifact upload and download (runner-protocol.md §7), with the helper's retry rules on top
 //! of the HTTP-level retries of §1.1.
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! Pure interpretation of PUT /jobs/:id and PATCH /jobs/:id/trace answers
-//! (runner-api.md §4, §5, §6). The HTTP code hands status and headers in; the trace loop
+//! (runner-protocol.md §4, §5, §6). The HTTP code hands status and headers in; the trace loop
 //! acts on the decision.
 
 use std::time::Duration;

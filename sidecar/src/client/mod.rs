@@ -1,4 +1,4 @@
-//! HTTP client for GitLab's runner API (runner-api.md §1–§5).
+//! HTTP client for GitLab's runner API (runner-protocol.md §1–§5).
 //!
 //! Every call goes through [`Client::send`], which applies the transport conventions of
 //! §1 (User-Agent, one `X-Request-Id` per logical call reused by its retries, timeouts)

@@ -1,4 +1,4 @@
-//! HTTP-level retry decisions (runner-api.md §1.1), free of IO so they can be tested:
+//! HTTP-level retry decisions (runner-protocol.md §1.1), free of IO so they can be tested:
 //! which statuses are retried, and how long to wait before the next attempt.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 /// What the job has been told to do, in increasing severity. Levels only escalate.
 ///
-/// * `Cancel`: `Job-Status: canceling` (runner-api.md §6) — stop the script, still run
+/// * `Cancel`: `Job-Status: canceling` (runner-protocol.md §6) — stop the script, still run
 ///   after_script and on_failure/always artifacts.
 /// * `Abort`: 403 / `Job-Status: canceled|failed` — kill everything, no after_script.
 /// * `Shutdown`: second termination signal to the sidecar — kill everything, report

@@ -1,5 +1,5 @@
 //! The shell executor's build: stages in order, with interrupts and the job timeout
-//! deciding what still runs (runner-api.md §6).
+//! deciding what still runs (runner-protocol.md §6).
 
 use std::path::PathBuf;
 use std::time::Duration;

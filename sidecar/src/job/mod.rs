@@ -1,5 +1,5 @@
 //! One job's lifecycle, from the 201 payload to the final update:
-//! acceptance PUT (runner-api.md §3.5), stages of the shell executor (`build`,
+//! acceptance PUT (runner-protocol.md §3.5), stages of the shell executor (`build`,
 //! `sources`, `upload`) with the trace updater running alongside (§5, §6), then the
 //! final phase (§6).
 

@@ -1,5 +1,5 @@
 //! Stages before the script: getting sources with the git CLI and downloading the
-//! artifacts of dependencies (runner-api.md §7.2).
+//! artifacts of dependencies (runner-protocol.md §7.2).
 
 use super::BuildResult;
 use super::build::{Build, StageResult};

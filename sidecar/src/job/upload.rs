@@ -1,4 +1,4 @@
-//! Uploading artifacts after the script (runner-api.md §7.1).
+//! Uploading artifacts after the script (runner-protocol.md §7.1).
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,5 @@
 //! The job log as it will be sent: masked, capped at the output limit, with a running
-//! CRC32 (IEEE) over exactly these bytes (runner-api.md §5: `output.checksum` and
+//! CRC32 (IEEE) over exactly these bytes (runner-protocol.md §5: `output.checksum` and
 //! `output.bytesize` of the final PUT describe the whole log).
 
 use super::masker::Masker;

@@ -1,4 +1,4 @@
-//! Trace offsets (runner-api.md §5): which bytes the next PATCH carries, its
+//! Trace offsets (runner-protocol.md §5): which bytes the next PATCH carries, its
 //! `Content-Range`, and how a 416 re-synchronises the offset.
 
 use std::ops::Range;

@@ -1,4 +1,4 @@
-//! Ships the log and job state to GitLab (runner-api.md §4–§6).
+//! Ships the log and job state to GitLab (runner-protocol.md §4–§6).
 //!
 //! During the job ([`Updater::run_incremental`]): one tick after 3 s, then at the server's
 //! `X-GitLab-Trace-Update-Interval`; each tick sends at most one ≤1 MiB patch from the

@@ -1,5 +1,5 @@
 //! A lightweight runner: just the protocol calls of one job's life, as a stock runner makes
-//! them (runner-api.md), with nothing around them. The same code talks to the fake GitLab
+//! them (runner-protocol.md), with nothing around them. The same code talks to the fake GitLab
 //! directly and to the autoscaler, so the difference between the two is the autoscaler.
 
 use std::time::Duration;

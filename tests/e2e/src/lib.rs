@@ -46,7 +46,7 @@ use std::io::Read;
 
 use anyhow::{Context, Result};
 
-/// The trace checksum in the form runners report it (`crc32:%08x`, runner-api.md §5).
+/// The trace checksum in the form runners report it (`crc32:%08x`, runner-protocol.md §5).
 pub fn crc32_tag(bytes: &[u8]) -> String {
     format!("crc32:{:08x}", crc32fast::hash(bytes))
 }

@@ -22,10 +22,13 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The provisioners that make machines on this host. The cloud ones (`aws`, `gcp`, `hetzner`,
+/// `docker-machine`) pass the same kit against their emulators and stubs in `tests/cloud/`.
 fn shipped() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join("provisioners"))
         .expect("provisioners/ exists")
         .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with("local"))
         .map(|e| e.path().join("provisioner"))
         .filter(|p| p.is_file())
         .collect();

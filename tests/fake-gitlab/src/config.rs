@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// How to run the fake. `Default` gives GitLab's own values (runner-api.md §10).
+/// How to run the fake. `Default` gives GitLab's own values (runner-protocol.md §10).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Address to bind; port 0 picks a free one.
@@ -16,8 +16,20 @@ pub struct Config {
     pub long_poll: Duration,
     /// `X-GitLab-Trace-Update-Interval` sent on trace and update answers (whole seconds).
     pub trace_update_interval: Duration,
-    /// How long a two-phase job waits for its acceptance `PUT` before it is requeued (§3.5).
+    /// GitLab's feature flag `allow_runner_job_acknowledgement` (off by default on a
+    /// self-managed GitLab): with it on, a runner that advertises `two_phase_job_commit` and
+    /// sends a `system_id` gets jobs that wait for its acceptance `PUT` (runner-protocol.md §3.5).
+    pub two_phase_commit: bool,
+    /// How long a two-phase job waits for its acceptance `PUT` or a `pending` keep-alive
+    /// (GitLab: 2 minutes). Scaled down in tests; the retry worker's period scales with it.
     pub ack_window: Duration,
+    /// How many times a job failed with `runner_provisioning_timeout` is retried as a new job
+    /// (new id and token) by GitLab's auto-retry. The count GitLab uses by default is
+    /// unconfirmed; its worker's tests show one retry.
+    pub provisioning_retries: u32,
+    /// GitLab fails a running job this long after its own timeout ran out
+    /// (`Ci::TimedOutBuilds::DropRunningService`, 15 minutes), reason `server_timeout_running`.
+    pub running_timeout_margin: Duration,
     /// Where artifacts are stored; `None` = a temporary directory removed with the server.
     pub data_dir: Option<PathBuf>,
     /// Larger artifact uploads are refused with `413`.
@@ -39,7 +51,10 @@ impl Default for Config {
             runner_tokens: Vec::new(),
             long_poll: Duration::from_secs(50),
             trace_update_interval: Duration::from_secs(3),
+            two_phase_commit: false,
             ack_window: Duration::from_secs(120),
+            provisioning_retries: 1,
+            running_timeout_margin: Duration::from_secs(15 * 60),
             data_dir: None,
             max_artifact_size: 2 << 30,
             trace_limit: 100 << 20,

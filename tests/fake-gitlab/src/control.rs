@@ -33,6 +33,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/control/runners", post(add_runner).get(list_runners))
         .route("/control/runners/{token}", get(runner))
+        .route("/control/runners/{token}/orphaned", post(set_orphaned))
         .route("/control/jobs", post(enqueue).get(list_jobs))
         .route("/control/jobs/batch", post(enqueue_batch))
         .route("/control/jobs/{id}", get(job))
@@ -112,6 +113,34 @@ async fn runner(
     match shared.read(|s| s.runner_view(&token)) {
         Some(view) => (code, Json(view)).into_response(),
         None => unknown(),
+    }
+}
+
+/// `POST /control/runners/:token/orphaned` `{"status": 403 | 422 | null}`: the runner's
+/// job requests and verify calls are answered as GitLab answers an orphaned runner.
+async fn set_orphaned(
+    State(shared): State<Arc<Shared>>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Orphaned {
+        status: Option<u16>,
+    }
+    let orphaned: Orphaned = match parse(&body) {
+        Ok(orphaned) => orphaned,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if let Some(status) = orphaned.status.filter(|s| ![403, 422].contains(s)) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("status {status}: GitLab answers an orphaned runner with 403 or 422"),
+        );
+    }
+    if shared.mutate(|s| s.set_orphaned(&token, orphaned.status)) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        error(StatusCode::NOT_FOUND, "unknown runner token")
     }
 }
 

@@ -95,7 +95,7 @@ impl FaultRules {
 }
 
 /// Counts every request by route and outcome, applies faults to `/api/v4/*`, and answers with
-/// an `X-Request-Id` like GitLab (the request's own when it sent one, runner-api.md §1).
+/// an `X-Request-Id` like GitLab (the request's own when it sent one, runner-protocol.md §1).
 pub(crate) async fn observe(
     State(shared): State<Arc<Shared>>,
     request: Request,

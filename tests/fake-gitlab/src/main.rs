@@ -32,9 +32,18 @@ struct Cli {
     /// X-GitLab-Trace-Update-Interval in seconds.
     #[arg(long, default_value = "3", value_parser = parse_duration)]
     trace_update_interval: Duration,
-    /// How long a two-phase job waits for its acceptance PUT before it is requeued.
+    /// Turn on two-phase job commit (GitLab's feature flag allow_runner_job_acknowledgement).
+    #[arg(long)]
+    two_phase_commit: bool,
+    /// How long a two-phase job waits for its acceptance PUT or a pending keep-alive.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     ack_window: Duration,
+    /// Auto-retries (as a new job) of a job failed with runner_provisioning_timeout.
+    #[arg(long, default_value = "1")]
+    provisioning_retries: u32,
+    /// Running jobs are failed (server_timeout_running) this long after their timeout.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    running_timeout_margin: Duration,
     /// Where artifacts are stored (default: a temporary directory removed at exit).
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -59,7 +68,10 @@ impl Cli {
             runner_tokens: self.runner_tokens,
             long_poll: self.long_poll,
             trace_update_interval: self.trace_update_interval,
+            two_phase_commit: self.two_phase_commit,
             ack_window: self.ack_window,
+            provisioning_retries: self.provisioning_retries,
+            running_timeout_margin: self.running_timeout_margin,
             data_dir: self.data_dir,
             max_artifact_size: self.max_artifact_size,
             trace_limit: self.trace_limit,

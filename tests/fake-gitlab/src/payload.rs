@@ -1,4 +1,4 @@
-//! The `201` job payload, field by field with GitLab's JSON types (runner-api.md §3.4).
+//! The `201` job payload, field by field with GitLab's JSON types (runner-protocol.md §3.4).
 //!
 //! A wrong JSON type makes a stock gitlab-runner drop the whole job silently, so every value here
 //! is written with its type in mind (see the notes next to the odd ones).
@@ -12,7 +12,7 @@ use crate::state::FAILURE_REASONS;
 
 /// `job_info` claims this GitLab version (only shown to jobs as `CI_SERVER_VERSION`).
 const SERVER_VERSION: (u32, u32, u32) = (18, 5, 0);
-/// Timeout of the `after_script` step: the runner's own default (runner-api.md §10).
+/// Timeout of the `after_script` step: the runner's own default (runner-protocol.md §10).
 const AFTER_SCRIPT_TIMEOUT_SECS: u64 = 300;
 /// Prefixes of GitLab tokens the runner masks in the trace.
 const TOKEN_MASK_PREFIXES: &[&str] = &["glpat-", "glcbt-", "glrt-", "glptt-", "gldt-", "glft-"];
@@ -26,8 +26,12 @@ pub(crate) struct PayloadInput {
     pub pipeline_id: u64,
     pub sha: String,
     pub time_in_queue: Duration,
-    /// Jobs still pending for this runner token after this one.
+    /// Candidate jobs for this runner token when it asked (GitLab's `queue_size`).
     pub queue_size: usize,
+    /// 1-based position of this job among them, at most 45 (`queue_depth`).
+    pub queue_depth: usize,
+    /// The project's jobs running now (GitLab sends the count as a string).
+    pub project_jobs_running: usize,
     pub runner_uuid: String,
     pub dependencies: Vec<DependencyInput>,
 }
@@ -65,11 +69,12 @@ pub(crate) fn render(input: &PayloadInput, server_url: &str) -> Value {
             "instance_uuid": "00000000-0000-4000-8000-000000000001",
             "user_id": 1,
             "scoped_user_id": null,
-            "time_in_queue_seconds": input.time_in_queue.as_secs_f64(),
+            // Whole seconds since the job was queued, as GitLab's entity sends them.
+            "time_in_queue_seconds": input.time_in_queue.as_secs(),
             // A string in GitLab's entity, not a number.
-            "project_jobs_running_on_instance_runners_count": "0",
+            "project_jobs_running_on_instance_runners_count": input.project_jobs_running.to_string(),
             "queue_size": input.queue_size,
-            "queue_depth": input.queue_size,
+            "queue_depth": input.queue_depth,
         },
         "git_info": {
             "repo_url": repo_url,
@@ -303,6 +308,8 @@ mod tests {
             sha: "a".repeat(40),
             time_in_queue: Duration::from_millis(1500),
             queue_size: 2,
+            queue_depth: 1,
+            project_jobs_running: 0,
             runner_uuid: "u".into(),
             dependencies: vec![
                 DependencyInput {

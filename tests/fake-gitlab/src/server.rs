@@ -115,6 +115,7 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
         }
     });
 
+    shared.spawn_timeout_sweeper();
     let router = router(Arc::clone(&shared));
     let accept_loop = tokio::spawn(accept_loop(listener, router, Arc::clone(&shared)));
     tracing::info!(%url, "fake-gitlab listening");

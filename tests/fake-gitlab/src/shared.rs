@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::faults::FaultRules;
-use crate::state::{AckCheck, State};
+use crate::state::{AckCheck, Rules, State};
 use crate::stats::StatsRecorder;
 
 /// How a wait ended.
@@ -42,7 +42,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(config: Config, server_url: String, data_dir: PathBuf) -> Self {
-        let state = State::new(config.ack_window, config.trace_limit);
+        let state = State::new(Rules {
+            ack_window: config.two_phase_commit.then_some(config.ack_window),
+            trace_limit: config.trace_limit,
+            provisioning_retries: config.provisioning_retries,
+        });
         Shared {
             server_url,
             artifacts_dir: data_dir.join("artifacts"),
@@ -103,8 +107,9 @@ impl Shared {
         }
     }
 
-    /// Arms the two-phase ack timer of a handed-out job: when the deadline passes the job is
-    /// requeued unless acknowledged; a keep-alive that moved the deadline re-arms it.
+    /// Schedules GitLab's retry worker for a job handed out under two-phase commit: it first
+    /// runs when the window ends, then every quarter-window while keep-alives renew the key,
+    /// until the job is acknowledged or failed.
     pub fn schedule_ack_check(self: &std::sync::Arc<Self>, job_id: u64, deadline: Instant) {
         let shared = std::sync::Arc::clone(self);
         self.tasks.spawn(async move {
@@ -116,7 +121,32 @@ impl Shared {
                 }
                 match shared.mutate(|state| state.check_ack(job_id, Instant::now())) {
                     AckCheck::NotYet(next) => deadline = next,
-                    AckCheck::Requeued | AckCheck::Settled => return,
+                    AckCheck::Dropped { .. } | AckCheck::Settled => return,
+                }
+            }
+        });
+    }
+
+    /// GitLab's `DropRunningWorker`, a periodic sweep: fails jobs still running
+    /// `running_timeout_margin` after their timeout. Runs every second, or every tenth of the
+    /// margin when a test shrinks it.
+    pub fn spawn_timeout_sweeper(self: &std::sync::Arc<Self>) {
+        let shared = std::sync::Arc::clone(self);
+        let margin = self.config.running_timeout_margin;
+        let period = (margin / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        self.tasks.spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    () = shared.shutdown.cancelled() => return,
+                }
+                let now = Instant::now();
+                let stale = shared.read(|state| state.has_timed_out(now, margin));
+                if stale {
+                    for id in shared.mutate(|state| state.drop_timed_out(now, margin)) {
+                        tracing::info!(job.id = id, "job failed: server_timeout_running");
+                    }
                 }
             }
         });

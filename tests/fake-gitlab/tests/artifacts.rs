@@ -1,4 +1,4 @@
-//! Artifact upload and download (runner-api.md §7).
+//! Artifact upload and download (runner-protocol.md §7).
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 mod common;

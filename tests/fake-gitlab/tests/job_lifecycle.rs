@@ -1,4 +1,4 @@
-//! Job updates, trace, two-phase acceptance and cancellation (runner-api.md §3.5, §4, §5, §6).
+//! Job updates, trace, two-phase acceptance and cancellation (runner-protocol.md §3.5, §4, §5, §6).
 
 mod common;
 
@@ -165,8 +165,31 @@ async fn trace_over_the_limit_fails_the_job() {
 }
 
 #[tokio::test]
-async fn two_phase_job_waits_for_ack_and_is_requeued_after_the_window() {
-    let (server, control) = server(|c| c.ack_window = Duration::from_millis(1500)).await;
+async fn without_the_feature_flag_a_two_phase_runner_gets_a_running_job() {
+    let (server, control) = server(|_| {}).await;
+    let job = control
+        .enqueue(&JobSpec::new(RUNNER_TOKEN, &["true"]))
+        .await
+        .unwrap();
+    let mut runner = Runner::new(&server, features(&["two_phase_job_commit"]));
+    let payload = runner.take_job().await;
+    assert_eq!(
+        control.job(job.id).await.unwrap().status,
+        JobStatus::Running
+    );
+    let token = job_token(&payload);
+    let response = runner.put_state(job.id, &token, "pending").await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST, "not waiting");
+    assert_eq!(header(&response, "job-status"), Some("running"));
+}
+
+#[tokio::test]
+async fn two_phase_job_is_failed_and_retried_as_a_new_job_after_the_window() {
+    let (server, control) = server(|c| {
+        c.two_phase_commit = true;
+        c.ack_window = Duration::from_millis(1500);
+    })
+    .await;
     let job = control
         .enqueue(&JobSpec::new(RUNNER_TOKEN, &["true"]))
         .await
@@ -182,32 +205,65 @@ async fn two_phase_job_waits_for_ack_and_is_requeued_after_the_window() {
 
     // Queue empty now: 204 with the current value, then a held request.
     assert_eq!(runner.request().await.status(), StatusCode::NO_CONTENT);
-    // Nobody acknowledges: the requeue changes the queue and wakes the held request.
+    // Nobody acknowledges: the retry (a new job) changes the queue and wakes the request.
     let held = runner.request().await;
     assert_eq!(held.status(), StatusCode::NO_CONTENT);
     assert_eq!(header(&held, "x-gitlab-last-update"), None);
+    let failed = control.wait_final(job.id, PROMPT).await.unwrap();
     assert_eq!(
-        control.job(job.id).await.unwrap().status,
-        JobStatus::Pending
+        failed.failure_reason.as_deref(),
+        Some("runner_provisioning_timeout")
     );
+    let retry = failed
+        .retried_as
+        .expect("GitLab's auto-retry made a new job");
+    let late = runner
+        .put_state(job.id, &job_token(&payload), "running")
+        .await;
+    assert_eq!(late.status(), StatusCode::FORBIDDEN, "the old job is over");
+    assert_eq!(header(&late, "job-status"), Some("failed"));
 
-    // Handed out again; this time acknowledged (after a keep-alive and a bad state).
+    // The retry is handed out under its own id and token; acknowledged after a keep-alive.
     let payload = runner.take_job().await;
-    assert_eq!(job_id(&payload), job.id);
+    assert_eq!(job_id(&payload), retry);
     let token = job_token(&payload);
-    let response = runner.put_state(job.id, &token, "pending").await;
+    assert_ne!(token, job.token);
+    let response = runner.put_state(retry, &token, "pending").await;
     assert_eq!(response.status(), StatusCode::OK, "keep-alive");
     assert_eq!(header(&response, "job-status"), Some("pending"));
-    let response = runner.put_state(job.id, &token, "success").await;
+    let response = runner.put_state(retry, &token, "success").await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(header(&response, "job-status"), Some("pending"));
-    let response = runner.put_state(job.id, &token, "running").await;
+    let response = runner.put_state(retry, &token, "running").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(header(&response, "job-status"), Some("running"));
 
-    let view = control.wait_running(job.id, PROMPT).await.unwrap();
-    assert_eq!(view.status, JobStatus::Running);
-    assert_eq!(view.handouts, 2);
+    let view = control.wait_running(retry, PROMPT).await.unwrap();
+    assert_eq!(view.retry_of, Some(job.id));
+    assert_eq!(view.handouts, 1);
+}
+
+#[tokio::test]
+async fn a_running_job_is_failed_after_its_timeout_and_the_margin() {
+    let (server, control) = server(|c| c.running_timeout_margin = Duration::from_millis(200)).await;
+    let spec = JobSpec {
+        timeout: 1,
+        ..JobSpec::new(RUNNER_TOKEN, &["sleep 100"])
+    };
+    let job = control.enqueue(&spec).await.unwrap();
+    let mut runner = Runner::new(&server, features(&[]));
+    let payload = runner.take_job().await;
+    let view = control.wait_final(job.id, PROMPT).await.unwrap();
+    assert_eq!(view.status, JobStatus::Failed);
+    assert_eq!(
+        view.failure_reason.as_deref(),
+        Some("server_timeout_running")
+    );
+    let response = runner
+        .put_state(job.id, &job_token(&payload), "running")
+        .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_eq!(header(&response, "job-status"), Some("failed"));
 }
 
 #[tokio::test]

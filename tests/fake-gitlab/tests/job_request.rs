@@ -1,4 +1,4 @@
-//! `POST /api/v4/jobs/request` and the runner identity calls (runner-api.md §2, §3).
+//! `POST /api/v4/jobs/request` and the runner identity calls (runner-protocol.md §2, §3).
 
 mod common;
 
@@ -183,6 +183,29 @@ async fn job_requiring_a_missing_feature_is_dropped_as_runner_unsupported() {
 }
 
 #[tokio::test]
+async fn an_orphaned_runner_gets_403_or_422_runner_is_orphaned() {
+    let (server, control) = server(|_| {}).await;
+    let mut runner = Runner::new(&server, features(&[]));
+    for (status, message) in [
+        (422, "Runner is orphaned"),
+        (403, "403 Forbidden - Runner is orphaned"),
+    ] {
+        control
+            .set_orphaned(RUNNER_TOKEN, Some(status))
+            .await
+            .unwrap();
+        let response = runner.request().await;
+        assert_eq!(response.status().as_u16(), status);
+        assert_eq!(
+            response.json::<Value>().await.unwrap(),
+            json!({ "message": message })
+        );
+    }
+    control.set_orphaned(RUNNER_TOKEN, None).await.unwrap();
+    assert_eq!(runner.request().await.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
 async fn payload_has_gitlab_json_types() {
     let (server, control) = server(|_| {}).await;
     control
@@ -195,6 +218,9 @@ async fn payload_has_gitlab_json_types() {
     let mut runner = Runner::new(&server, features(&[]));
     let payload = runner.take_job().await;
     assert!(payload["job_info"]["project_jobs_running_on_instance_runners_count"].is_string());
+    assert!(payload["job_info"]["time_in_queue_seconds"].is_u64());
+    assert_eq!(payload["job_info"]["queue_size"], 1);
+    assert_eq!(payload["job_info"]["queue_depth"], 1);
     assert!(payload["runner_info"]["timeout"].is_u64());
     assert!(payload["git_info"]["refspecs"].is_array());
     assert_eq!(payload["steps"][1]["name"], "after_script");

@@ -1,14 +1,17 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
-//! - `test`: formatting, lints, a build of every binary, every test, then a check that no process
-//!   of a local machine outlived them (the command CI runs);
+//! - `test`: a check that no file points outside the repository, formatting, lints, a build of
+//!   every binary, every test, then a check that no process of a local machine outlived them
+//!   (the command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
-//! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`.
+//! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`;
+//! - `references`: the check that no file points outside the repository, alone.
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
 
 mod leftovers;
+mod references;
 
 use std::process::{Command, ExitCode};
 
@@ -22,9 +25,10 @@ fn main() -> ExitCode {
         "demo" => demo(&rest),
         "chaos" => chaos(&rest),
         "bench" => bench(&rest),
+        "references" => workspace_root().and_then(|root| references::check(&root)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo|chaos|bench> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write])"
+                "usage: cargo xtask <test|demo|chaos|bench|references> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write])\n  references  check that no file points outside the repository"
             );
             return ExitCode::from(2);
         }
@@ -131,6 +135,7 @@ fn ensure_test_user() -> Result<()> {
 fn test(extra: &[String]) -> Result<()> {
     ensure_system_packages()?;
     ensure_test_user()?;
+    references::check(&workspace_root()?)?;
     run("cargo", &["fmt", "--all", "--", "--check"])?;
     run(
         "cargo",
@@ -156,6 +161,8 @@ fn test(extra: &[String]) -> Result<()> {
         args.extend(&extra);
         run("cargo", &args)?;
     }
+    // The cloud provisioners against their emulators and recording stubs (pytest in a venv).
+    run("bash", &["tests/cloud/run"])?;
     run_chaos(&[])?;
     leftovers::check(&before)
 }

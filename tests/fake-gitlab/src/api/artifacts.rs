@@ -1,4 +1,4 @@
-//! Artifact upload and download (runner-api.md §7), streamed to and from disk: an upload is never
+//! Artifact upload and download (runner-protocol.md §7), streamed to and from disk: an upload is never
 //! held in memory whole, so ~1 GiB chunked uploads are fine.
 
 use std::path::Path as FsPath;

@@ -1,4 +1,4 @@
-//! `POST /api/v4/jobs/request` (Workhorse long polling + Rails assignment, runner-api.md §3) and
+//! `POST /api/v4/jobs/request` (Workhorse long polling + Rails assignment, runner-protocol.md §3) and
 //! `PUT /api/v4/jobs/:id` (§3.5, §4).
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use crate::payload;
 use crate::shared::Shared;
 use crate::state::{JobRequest, JobUpdate, UpdateReply};
 
-/// Workhorse reads at most 32 KiB of a job request (runner-api.md §3.1).
+/// Workhorse reads at most 32 KiB of a job request (runner-protocol.md §3.1).
 const JOB_REQUEST_BODY_LIMIT: usize = 32 << 10;
 const UPDATE_BODY_LIMIT: usize = 1 << 20;
 /// Workhorse marks the answers of a long-polling install.
@@ -90,6 +90,9 @@ async fn request_job(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> R
     let Some(current) = shared.mutate(|s| s.record_request(&request)) else {
         return forbidden();
     };
+    if let Some(status) = shared.read(|s| s.orphaned(&request.token)) {
+        return super::orphaned(status);
+    }
 
     if parsed.last_update.as_deref() == Some(current.as_str()) {
         let long_poll = shared.config.long_poll;

@@ -1,4 +1,4 @@
-//! GitLab's runner API (`/api/v4/*`), the side a stock gitlab-runner talks to (runner-api.md).
+//! GitLab's runner API (`/api/v4/*`), the side a stock gitlab-runner talks to (runner-protocol.md).
 
 mod artifacts;
 mod jobs;
@@ -22,7 +22,7 @@ use serde_json::json;
 use crate::control::JobStatus;
 use crate::shared::Shared;
 
-/// Header names GitLab uses (runner-api.md §1, §4, §5).
+/// Header names GitLab uses (runner-protocol.md §1, §4, §5).
 pub(crate) const RUNNER_TOKEN: HeaderName = HeaderName::from_static("runner-token");
 pub(crate) const JOB_TOKEN: HeaderName = HeaderName::from_static("job-token");
 pub(crate) const JOB_STATUS: HeaderName = HeaderName::from_static("job-status");
@@ -63,6 +63,17 @@ pub(crate) fn not_found() -> Response {
 
 pub(crate) fn forbidden() -> Response {
     message(StatusCode::FORBIDDEN, "403 Forbidden")
+}
+
+/// GitLab's answer to an orphaned runner (no project or group left): `403 Forbidden - Runner
+/// is orphaned` with `reject_orphaned_runners` on, else `422 Runner is orphaned`
+/// (runner-protocol.md §2).
+pub(crate) fn orphaned(status: u16) -> Response {
+    if status == 403 {
+        message(StatusCode::FORBIDDEN, "403 Forbidden - Runner is orphaned")
+    } else {
+        message(StatusCode::UNPROCESSABLE_ENTITY, "Runner is orphaned")
+    }
 }
 
 /// Adds `Job-Status` (GitLab's name for the state: `waiting_for_ack` reads `pending`).

@@ -1,4 +1,4 @@
-//! Runner identity calls: verify, unregister, router discovery (runner-api.md §2, §8).
+//! Runner identity calls: verify, unregister, router discovery (runner-protocol.md §2, §8).
 
 use std::sync::Arc;
 
@@ -68,6 +68,9 @@ pub(super) async fn verify(
         Ok(identity) => identity,
         Err(response) => return response,
     };
+    if let Some(status) = shared.read(|s| s.orphaned(&token)) {
+        return super::orphaned(status);
+    }
     match shared.mutate(|s| s.verify_runner(&token, system_id.as_deref())) {
         Some(id) => {
             Json(json!({ "id": id, "token": token, "token_expires_at": null })).into_response()

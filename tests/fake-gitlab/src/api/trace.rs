@@ -1,4 +1,4 @@
-//! `PATCH /api/v4/jobs/:id/trace` (runner-api.md §5).
+//! `PATCH /api/v4/jobs/:id/trace` (runner-protocol.md §5).
 
 use std::sync::Arc;
 

@@ -111,6 +111,19 @@ impl Client {
         self.post_json("/runners", &body, StatusCode::CREATED).await
     }
 
+    /// `POST /control/runners/:token/orphaned`: `Some(403 | 422)` makes GitLab answer the
+    /// runner as orphaned, `None` heals it.
+    pub async fn set_orphaned(&self, token: &str, status: Option<u16>) -> Result<(), ClientError> {
+        let path = format!("/runners/{token}/orphaned");
+        let request = self
+            .http
+            .post(self.url(&path))
+            .json(&serde_json::json!({ "status": status }))
+            .timeout(CALL_TIMEOUT);
+        self.send(&path, request, &[StatusCode::NO_CONTENT]).await?;
+        Ok(())
+    }
+
     /// `GET /control/runners`.
     pub async fn runners(&self) -> Result<Vec<RunnerView>, ClientError> {
         self.get_json("/runners").await

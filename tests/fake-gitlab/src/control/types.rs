@@ -33,7 +33,7 @@ pub struct JobSpec {
     /// Clone URL; without it the job carries `GIT_STRATEGY=none`.
     pub repo_url: Option<String>,
     /// `info.features` keys the runner must advertise as `true`, else the job is dropped as
-    /// `runner_unsupported` (runner-api.md §3.1).
+    /// `runner_unsupported` (runner-protocol.md §3.1).
     pub required_features: Vec<String>,
     /// How many final `PUT`s of this job are answered `202` before the `200`.
     pub final_put_202: u32,
@@ -88,7 +88,7 @@ impl Default for JobSpec {
     }
 }
 
-/// A CI/CD variable, exactly as it appears in the job payload (runner-api.md §3.4).
+/// A CI/CD variable, exactly as it appears in the job payload (runner-protocol.md §3.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct JobVariable {
@@ -170,7 +170,7 @@ pub struct EnqueuedJob {
 }
 
 /// A job's state. `WaitingForAck` is the fake's name for GitLab's "pending, handed out, waiting
-/// in the ack queue" (runner-api.md §3.5); on the wire (`Job-Status`) it reads `pending`.
+/// in the ack queue" (runner-protocol.md §3.5); on the wire (`Job-Status`) it reads `pending`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
@@ -244,10 +244,15 @@ pub struct JobView {
     pub system_id: Option<String>,
     /// `info.features` of the job request that took the job.
     pub runner_features: Option<BTreeMap<String, bool>>,
-    /// How many times the job was handed out (more than 1 after an ack-window requeue).
-    /// Addition to the README's original view.
+    /// How many times the job was handed out (GitLab never hands a job out twice: 0 or 1).
     #[serde(default)]
     pub handouts: u32,
+    /// The job this one retries (GitLab's auto-retry after `runner_provisioning_timeout`).
+    #[serde(default)]
+    pub retry_of: Option<u64>,
+    /// The new job GitLab created to retry this one, if any.
+    #[serde(default)]
+    pub retried_as: Option<u64>,
 }
 
 /// An uploaded artifact.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::control::{ArtifactView, JobSpec, JobStatus, JobView};
 
-/// GitLab's `failure_reason` enum (CE, runner-api.md §9). Sent as `features.failure_reasons`, and
+/// GitLab's `failure_reason` enum (CE, runner-protocol.md §9). Sent as `features.failure_reasons`, and
 /// a reported reason outside it is stored as `unknown_failure`, as Rails does.
 pub(crate) const FAILURE_REASONS: &[&str] = &[
     "unknown_failure",
@@ -45,7 +45,7 @@ pub(crate) const FAILURE_REASONS: &[&str] = &[
     "runner_interrupted",
 ];
 
-/// Rails' final-update backoff caps at 64 s (runner-api.md §4, `backoff.rb`).
+/// Rails' final-update backoff caps at 64 s (runner-protocol.md §4, `backoff.rb`).
 const MAX_FINAL_BACKOFF_SECS: u64 = 64;
 
 /// An artifact file on disk and what GitLab knows about it.
@@ -62,7 +62,7 @@ pub(crate) struct StoredArtifact {
     pub storage_key: String,
 }
 
-/// The body of `PUT /jobs/:id` that matters to GitLab (runner-api.md §4).
+/// The body of `PUT /jobs/:id` that matters to GitLab (runner-protocol.md §4).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct JobUpdate {
     pub state: String,
@@ -133,9 +133,16 @@ pub(crate) struct Job {
     pub final_put_attempts: u32,
     pub system_id: Option<String>,
     pub runner_features: Option<BTreeMap<String, bool>>,
-    /// While `waiting_for_ack`: when the job goes back to the queue.
+    /// While `waiting_for_ack`: when the acknowledgement key expires (GitLab's Redis key
+    /// `runner:build_ack_queue:<id>`), unless a `pending` keep-alive renews it.
     pub ack_deadline: Option<Instant>,
     pub handouts: u32,
+    /// When the job became `running` (GitLab's `ci_running_builds.created_at`).
+    pub running_since: Option<Instant>,
+    pub retry_of: Option<u64>,
+    pub retried_as: Option<u64>,
+    /// How many auto-retries came before this job in its chain.
+    pub retry_count: u32,
 }
 
 impl Job {
@@ -167,6 +174,10 @@ impl Job {
             runner_features: None,
             ack_deadline: None,
             handouts: 0,
+            running_since: None,
+            retry_of: None,
+            retried_as: None,
+            retry_count: 0,
         }
     }
 
@@ -186,25 +197,65 @@ impl Job {
             .unwrap_or(false)
     }
 
-    /// Records who took the job. With `two_phase_job_commit` the job waits for the acceptance
-    /// `PUT` until `now + ack_window` (runner-api.md §3.5), else it runs at once.
+    /// Records who took the job. With an `ack_window` (two-phase commit: the feature flag is on,
+    /// the runner advertises `two_phase_job_commit` and names its manager by `system_id`) the job
+    /// stays pending until the acceptance `PUT`, else it runs at once (runner-protocol.md §3.5).
     pub fn hand_out(
         &mut self,
         system_id: Option<String>,
         features: BTreeMap<String, bool>,
         now: Instant,
-        ack_window: Duration,
+        ack_window: Option<Duration>,
     ) {
         self.system_id = system_id;
         self.runner_features = Some(features);
         self.handouts += 1;
-        if self.has_feature("two_phase_job_commit") {
-            self.status = JobStatus::WaitingForAck;
-            self.ack_deadline = Some(now + ack_window);
-        } else {
-            self.status = JobStatus::Running;
-            self.ack_deadline = None;
+        match ack_window {
+            Some(window) => {
+                self.status = JobStatus::WaitingForAck;
+                self.ack_deadline = Some(now + window);
+            }
+            None => self.start_running(now),
         }
+    }
+
+    fn start_running(&mut self, now: Instant) {
+        self.status = JobStatus::Running;
+        self.ack_deadline = None;
+        self.running_since = Some(now);
+    }
+
+    /// Whether the acknowledgement key still lives (GitLab's `runner_ack_wait_status ==
+    /// :waiting`). Once it has expired the job is plain `pending` to every job-token call.
+    pub fn waiting_for_ack(&self, now: Instant) -> bool {
+        self.status == JobStatus::WaitingForAck && self.ack_deadline.is_some_and(|d| d > now)
+    }
+
+    /// `Ci::RetryWaitingJobService`: the key expired, so the job fails with
+    /// `runner_provisioning_timeout` (never handed out again under this id).
+    pub fn fail_unacknowledged(&mut self) {
+        self.status = JobStatus::Failed;
+        self.failure_reason = Some("runner_provisioning_timeout".to_owned());
+        self.ack_deadline = None;
+    }
+
+    pub fn is_timed_out(&self, now: Instant, margin: Duration) -> bool {
+        let Some(since) = self.running_since else {
+            return false;
+        };
+        let limit = since + Duration::from_secs(self.spec.timeout) + margin;
+        matches!(self.status, JobStatus::Running | JobStatus::Canceling) && now >= limit
+    }
+
+    /// `Ci::TimedOutBuilds::DropRunningService`: a job still running `margin` after its own
+    /// timeout is failed with `server_timeout_running`.
+    pub fn drop_if_timed_out(&mut self, now: Instant, margin: Duration) -> bool {
+        if !self.is_timed_out(now, margin) {
+            return false;
+        }
+        self.status = JobStatus::Failed;
+        self.failure_reason = Some("server_timeout_running".to_owned());
+        true
     }
 
     /// Drops a job the runner cannot run (Rails' pre-assign checks).
@@ -219,16 +270,7 @@ impl Job {
         self.failure_reason = Some("runner_unsupported".to_owned());
     }
 
-    /// Back to the queue after the ack window passed.
-    pub fn requeue(&mut self, now: Instant) {
-        self.status = JobStatus::Pending;
-        self.queued_at = now;
-        self.ack_deadline = None;
-        self.system_id = None;
-        self.runner_features = None;
-    }
-
-    /// `PUT /jobs/:id` once the token is checked (README table; runner-api.md §3.5, §4).
+    /// `PUT /jobs/:id` once the token is checked (README table; runner-protocol.md §3.5, §4).
     pub fn update(
         &mut self,
         update: &JobUpdate,
@@ -236,10 +278,14 @@ impl Job {
         ack_window: Duration,
     ) -> UpdateReply {
         match self.status {
+            // The key expired: job-token authentication refuses the job as not processing,
+            // `Job-Status: pending`, until the retry worker fails it.
+            JobStatus::WaitingForAck if !self.waiting_for_ack(now) => {
+                UpdateReply::NotProcessing(self.status)
+            }
             JobStatus::WaitingForAck => match update.state.as_str() {
                 "running" => {
-                    self.status = JobStatus::Running;
-                    self.ack_deadline = None;
+                    self.start_running(now);
                     UpdateReply::Updated(self.status)
                 }
                 "pending" => {
@@ -272,7 +318,7 @@ impl Job {
                 backoff_secs,
             };
         }
-        // A canceling job ends canceled whatever the runner reports (runner-api.md §4).
+        // A canceling job ends canceled whatever the runner reports (runner-protocol.md §4).
         self.status = if self.status == JobStatus::Canceling {
             JobStatus::Canceled
         } else if update.state == "success" {
@@ -285,7 +331,7 @@ impl Job {
         UpdateReply::Updated(self.status)
     }
 
-    /// `PATCH /jobs/:id/trace` once the token is checked (runner-api.md §5). `body` is `None`
+    /// `PATCH /jobs/:id/trace` once the token is checked (runner-protocol.md §5). `body` is `None`
     /// when it was too large to even read (larger than `limit`).
     pub fn append_trace(
         &mut self,
@@ -321,7 +367,7 @@ impl Job {
     }
 
     /// Cancels from the UI: graceful (`canceling`) only for a running job whose runner
-    /// advertised `cancel_gracefully` (runner-api.md §6); a second cancel, or `force` (GitLab's
+    /// advertised `cancel_gracefully` (runner-protocol.md §6); a second cancel, or `force` (GitLab's
     /// "force cancel"), makes it `canceled` at once.
     pub fn cancel(&mut self, force: bool) -> JobStatus {
         self.status = match self.status {
@@ -375,6 +421,8 @@ impl Job {
             system_id: self.system_id.clone(),
             runner_features: self.runner_features.clone(),
             handouts: self.handouts,
+            retry_of: self.retry_of,
+            retried_as: self.retried_as,
         }
     }
 }
@@ -398,12 +446,7 @@ mod tests {
     fn running_job(spec: JobSpec, runner_features: &[&str]) -> Job {
         let now = Instant::now();
         let mut job = Job::new(1, "glcbt-x".into(), spec, 1, "0".repeat(40), now);
-        job.hand_out(
-            None,
-            features(runner_features),
-            now,
-            Duration::from_secs(120),
-        );
+        job.hand_out(None, features(runner_features), now, None);
         job
     }
 
@@ -506,7 +549,7 @@ mod tests {
             Some("s_1".into()),
             features(&["two_phase_job_commit"]),
             now,
-            window,
+            Some(window),
         );
         assert_eq!(job.status, JobStatus::WaitingForAck);
         assert_eq!(job.ack_deadline, Some(now + window));
@@ -530,6 +573,43 @@ mod tests {
             UpdateReply::Updated(JobStatus::Running)
         );
         assert_eq!(job.ack_deadline, None);
+        assert_eq!(
+            job.update(&final_put("pending", None), later, window),
+            UpdateReply::Invalid(JobStatus::Running),
+            "a keep-alive for a job that is not waiting is refused with 400"
+        );
+    }
+
+    #[test]
+    fn acceptance_after_the_key_expired_is_refused_as_pending() {
+        let now = Instant::now();
+        let window = Duration::from_secs(120);
+        let mut job = Job::new(1, "t".into(), JobSpec::default(), 1, String::new(), now);
+        job.hand_out(Some("s_1".into()), features(&[]), now, Some(window));
+        let late = now + window;
+        assert_eq!(
+            job.update(&final_put("running", None), late, window),
+            UpdateReply::NotProcessing(JobStatus::WaitingForAck)
+        );
+        assert_eq!(JobStatus::WaitingForAck.as_gitlab_str(), "pending");
+    }
+
+    #[test]
+    fn running_job_is_dropped_after_its_timeout_plus_the_margin() {
+        let spec = JobSpec {
+            timeout: 10,
+            ..JobSpec::default()
+        };
+        let mut job = running_job(spec, &[]);
+        let since = job.running_since.unwrap();
+        let margin = Duration::from_secs(5);
+        assert!(!job.drop_if_timed_out(since + Duration::from_secs(14), margin));
+        assert!(job.drop_if_timed_out(since + Duration::from_secs(15), margin));
+        assert_eq!(job.status, JobStatus::Failed);
+        assert_eq!(
+            job.failure_reason.as_deref(),
+            Some("server_timeout_running")
+        );
     }
 
     #[test]

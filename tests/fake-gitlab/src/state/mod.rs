@@ -20,7 +20,7 @@ struct Runner {
     id: u64,
     uuid: String,
     /// The value Workhorse watches (`runner:build_queue:<token>`); changes whenever a job
-    /// becomes pending for this runner (runner-api.md §3.3).
+    /// becomes pending for this runner (runner-protocol.md §3.3).
     queue_value: String,
     requests: u64,
     system_ids: Vec<String>,
@@ -28,6 +28,9 @@ struct Runner {
     /// Ids of this runner's jobs that became pending, oldest first. Entries whose job left
     /// `pending` some other way are dropped when met, so a request never scans every job.
     pending: BTreeSet<u64>,
+    /// Set when the test makes the runner orphaned: job requests and verify are answered with
+    /// this status and "Runner is orphaned" (403 or 422, after GitLab's `reject_orphaned_runners`).
+    orphaned: Option<u16>,
 }
 
 impl Runner {
@@ -49,7 +52,7 @@ impl Runner {
     }
 }
 
-/// The parts of a `POST /jobs/request` body GitLab uses (runner-api.md §3.1).
+/// The parts of a `POST /jobs/request` body GitLab uses (runner-protocol.md §3.1).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct JobRequest {
     pub token: String,
@@ -78,19 +81,37 @@ impl JobRequest {
 #[derive(Debug)]
 pub(crate) struct Handout {
     pub payload: PayloadInput,
-    /// Set for two-phase jobs: when to requeue unless acknowledged.
+    /// Set for two-phase jobs: when the retry worker first looks at the job.
     pub ack_deadline: Option<Instant>,
 }
 
-/// What the ack timer finds when it fires.
+/// What GitLab's retry worker (`Ci::RetryStuckWaitingJobWorker`) finds when it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AckCheck {
-    /// The window passed; the job is pending again.
-    Requeued,
-    /// A keep-alive moved the deadline.
+    /// The key expired: the job failed with `runner_provisioning_timeout`, and was retried as
+    /// the given new job if retries remained.
+    Dropped { retried_as: Option<u64> },
+    /// Still waiting (keep-alives renewed the key): run again at this instant.
     NotYet(Instant),
     /// Acknowledged, canceled or gone: nothing to do.
     Settled,
+}
+
+/// The GitLab rules the state applies, from the server's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    /// `Some(window)` when two-phase commit is on (the feature flag).
+    pub ack_window: Option<Duration>,
+    pub trace_limit: u64,
+    pub provisioning_retries: u32,
+}
+
+impl Rules {
+    /// GitLab reschedules its retry worker every 30 s while a job waits, a quarter of the
+    /// 2-minute window; scaled windows keep that proportion.
+    fn retry_worker_period(window: Duration) -> Duration {
+        window / 4
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,8 +160,19 @@ pub(crate) struct State {
     next_runner_id: u64,
     next_job_id: u64,
     next_pipeline_id: u64,
-    ack_window: Duration,
-    trace_limit: u64,
+    rules: Rules,
+}
+
+/// GitLab examines at most this many queued builds per request (`MAX_QUEUE_DEPTH`).
+const MAX_QUEUE_DEPTH: usize = 45;
+
+/// `job_info.queue_size` and `queue_depth` of one hand-out.
+#[derive(Debug, Clone, Copy)]
+struct QueueMetrics {
+    /// Candidate builds for this runner when it asked.
+    size: usize,
+    /// 1-based position of the build it got among them.
+    depth: usize,
 }
 
 fn random_alphanumeric(len: usize) -> String {
@@ -160,7 +192,7 @@ fn random_hex(len: usize) -> String {
 }
 
 impl State {
-    pub fn new(ack_window: Duration, trace_limit: u64) -> Self {
+    pub fn new(rules: Rules) -> Self {
         State {
             runners: BTreeMap::new(),
             jobs: BTreeMap::new(),
@@ -169,8 +201,7 @@ impl State {
             next_runner_id: 1,
             next_job_id: 1,
             next_pipeline_id: 1,
-            ack_window,
-            trace_limit,
+            rules,
         }
     }
 
@@ -192,6 +223,7 @@ impl State {
                     system_ids: Vec::new(),
                     last_info: None,
                     pending: BTreeSet::new(),
+                    orphaned: None,
                 }
             })
             .view(token)
@@ -202,6 +234,19 @@ impl State {
         let runner = self.runners.get_mut(token)?;
         runner.remember_system_id(system_id);
         Some(runner.id)
+    }
+
+    /// Makes a runner orphaned (`Some(403 | 422)`) or heals it (`None`). `false` if unknown.
+    pub fn set_orphaned(&mut self, token: &str, status: Option<u16>) -> bool {
+        self.runners
+            .get_mut(token)
+            .map(|runner| runner.orphaned = status)
+            .is_some()
+    }
+
+    /// The status GitLab answers an orphaned runner with, if this one is.
+    pub fn orphaned(&self, token: &str) -> Option<u16> {
+        self.runners.get(token).and_then(|runner| runner.orphaned)
     }
 
     /// `DELETE /runners`: the runner is gone, its token refused from now on.
@@ -264,6 +309,11 @@ impl State {
         {
             return Err(EnqueueError::UnknownDependency(unknown));
         }
+        Ok(self.insert_job(spec, now))
+    }
+
+    /// Creates a pending job (new id and token) and wakes its queue's long polls.
+    fn insert_job(&mut self, spec: JobSpec, now: Instant) -> EnqueuedJob {
         let pipeline_id = match spec.pipeline_id {
             Some(id) => id,
             None => match spec.dependencies.first().and_then(|id| self.jobs.get(id)) {
@@ -280,7 +330,7 @@ impl State {
 
         let id = self.next_job_id;
         self.next_job_id += 1;
-        // GitLab job tokens start `glcbt-` (runner-api.md §3.4) so runners mask them.
+        // GitLab job tokens start `glcbt-` (runner-protocol.md §3.4) so runners mask them.
         let token = format!("glcbt-{}", random_alphanumeric(24));
         let runner_token = spec.runner_token.clone();
         self.job_ids_by_token.insert(token.clone(), id);
@@ -290,7 +340,7 @@ impl State {
             runner.pending.insert(id);
         }
         self.tick_queue(&runner_token);
-        Ok(EnqueuedJob { id, token })
+        EnqueuedJob { id, token }
     }
 
     /// Counts a job request and remembers its `system_id` and `info`. `None` for an unknown
@@ -306,20 +356,22 @@ impl State {
     }
 
     /// Rails' job assignment: the oldest pending job of this runner token, dropping the ones the
-    /// runner cannot run as `runner_unsupported` on the way (runner-api.md §3.1).
+    /// runner cannot run as `runner_unsupported` on the way (runner-protocol.md §3.1).
     pub fn take_job(&mut self, request: &JobRequest, now: Instant) -> Option<Handout> {
         let features = request.features();
         let token = request.token.as_str();
+        let queue_size = self.runners.get(token)?.pending.len();
+        let mut depth = 0;
         loop {
             let runner = self.runners.get_mut(token)?;
             let id = runner.pending.pop_first()?;
-            let queue_size = runner.pending.len();
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
             if job.status != JobStatus::Pending || job.spec.runner_token != token {
                 continue;
             }
+            depth += 1;
             if let Some(missing) = job.missing_feature(&features) {
                 tracing::info!(
                     job.id = id,
@@ -330,9 +382,20 @@ impl State {
                 continue;
             }
             let time_in_queue = now.saturating_duration_since(job.queued_at);
-            job.hand_out(request.system_id.clone(), features, now, self.ack_window);
+            // Two-phase needs the flag, the runner's feature and a runner manager to wait for.
+            let two_phase = features
+                .get("two_phase_job_commit")
+                .copied()
+                .unwrap_or(false)
+                && request.system_id.is_some();
+            let ack_window = self.rules.ack_window.filter(|_| two_phase);
+            job.hand_out(request.system_id.clone(), features, now, ack_window);
             let ack_deadline = job.ack_deadline;
-            let payload = self.payload_input(id, time_in_queue, queue_size)?;
+            let queue = QueueMetrics {
+                size: queue_size,
+                depth: depth.min(MAX_QUEUE_DEPTH),
+            };
+            let payload = self.payload_input(id, time_in_queue, queue)?;
             return Some(Handout {
                 payload,
                 ack_deadline,
@@ -344,9 +407,17 @@ impl State {
         &self,
         id: u64,
         time_in_queue: Duration,
-        queue_size: usize,
+        queue: QueueMetrics,
     ) -> Option<PayloadInput> {
         let job = self.jobs.get(&id)?;
+        let project_running = self
+            .jobs
+            .values()
+            .filter(|other| {
+                other.spec.project_id == job.spec.project_id
+                    && matches!(other.status, JobStatus::Running | JobStatus::Canceling)
+            })
+            .count();
         let runner = self.runners.get(&job.spec.runner_token)?;
         let dependencies = job
             .spec
@@ -369,36 +440,64 @@ impl State {
             pipeline_id: job.pipeline_id,
             sha: job.sha.clone(),
             time_in_queue,
-            queue_size,
+            queue_size: queue.size,
+            queue_depth: queue.depth,
+            project_jobs_running: project_running,
             runner_uuid: runner.uuid.clone(),
             dependencies,
         })
     }
 
-    /// The ack timer fired: requeue the job if its window really passed.
+    /// GitLab's retry worker for a job handed out under two-phase commit: while the key lives
+    /// it comes back a quarter-window later; once it has expired the job fails with
+    /// `runner_provisioning_timeout` and auto-retry creates a new job (runner-protocol.md §3.5).
     pub fn check_ack(&mut self, id: u64, now: Instant) -> AckCheck {
+        let Some(window) = self.rules.ack_window else {
+            return AckCheck::Settled;
+        };
         let Some(job) = self.jobs.get_mut(&id) else {
             return AckCheck::Settled;
         };
-        match (job.status, job.ack_deadline) {
-            (JobStatus::WaitingForAck, Some(deadline)) if deadline > now => {
-                AckCheck::NotYet(deadline)
-            }
-            (JobStatus::WaitingForAck, _) => {
-                tracing::info!(
-                    job.id = id,
-                    "no acknowledgement within the window: requeued"
-                );
-                job.requeue(now);
-                let token = job.spec.runner_token.clone();
-                if let Some(runner) = self.runners.get_mut(&token) {
-                    runner.pending.insert(id);
-                }
-                self.tick_queue(&token);
-                AckCheck::Requeued
-            }
-            _ => AckCheck::Settled,
+        if job.status != JobStatus::WaitingForAck {
+            return AckCheck::Settled;
         }
+        if job.waiting_for_ack(now) {
+            return AckCheck::NotYet(now + Rules::retry_worker_period(window));
+        }
+        tracing::info!(
+            job.id = id,
+            "no acknowledgement within the window: failed (runner_provisioning_timeout)"
+        );
+        job.fail_unacknowledged();
+        let retry = (job.retry_count < self.rules.provisioning_retries)
+            .then(|| (job.spec.clone(), job.retry_count + 1));
+        let retried_as = retry.map(|(spec, retry_count)| {
+            let retried = self.insert_job(spec, now);
+            if let Some(new_job) = self.jobs.get_mut(&retried.id) {
+                new_job.retry_of = Some(id);
+                new_job.retry_count = retry_count;
+            }
+            retried.id
+        });
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.retried_as = retried_as;
+        }
+        AckCheck::Dropped { retried_as }
+    }
+
+    /// Whether any job would be dropped by [`State::drop_timed_out`] (read-only, so the sweep
+    /// does not wake every waiter each tick).
+    pub fn has_timed_out(&self, now: Instant, margin: Duration) -> bool {
+        self.jobs.values().any(|job| job.is_timed_out(now, margin))
+    }
+
+    /// `Ci::TimedOutBuilds::DropRunningService`: fails every job still running `margin` past
+    /// its timeout. Returns the ids it failed.
+    pub fn drop_timed_out(&mut self, now: Instant, margin: Duration) -> Vec<u64> {
+        self.jobs
+            .values_mut()
+            .filter_map(|job| job.drop_if_timed_out(now, margin).then_some(job.id))
+            .collect()
     }
 
     fn job_with_token(&mut self, id: u64, token: &str) -> Result<&mut Job, ArtifactAccess> {
@@ -417,7 +516,7 @@ impl State {
         update: &JobUpdate,
         now: Instant,
     ) -> UpdateReply {
-        let ack_window = self.ack_window;
+        let ack_window = self.rules.ack_window.unwrap_or_default();
         match self.job_with_token(id, token) {
             Ok(job) => job.update(update, now, ack_window),
             Err(ArtifactAccess::NotFound) => UpdateReply::NotFound,
@@ -433,7 +532,7 @@ impl State {
         start: Option<u64>,
         body: Option<&[u8]>,
     ) -> TraceReply {
-        let limit = self.trace_limit;
+        let limit = self.rules.trace_limit;
         match self.job_with_token(id, token) {
             Ok(job) => job.append_trace(start, body, limit),
             Err(ArtifactAccess::NotFound) => TraceReply::NotFound,
@@ -510,7 +609,7 @@ impl State {
     }
 
     /// Download of job `id`'s archive with a job token: the job's own, or that of a running job
-    /// that lists `id` among its dependencies (runner-api.md §7.2).
+    /// that lists `id` among its dependencies (runner-protocol.md §7.2).
     pub fn authorize_download(
         &self,
         id: u64,

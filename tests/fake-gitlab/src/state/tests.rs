@@ -7,10 +7,21 @@ use super::*;
 
 const RUNNER: &str = "glrt-test";
 
-fn state() -> State {
-    let mut state = State::new(Duration::from_secs(120), 1 << 20);
+const WINDOW: Duration = Duration::from_secs(120);
+
+fn state_with(two_phase: bool, provisioning_retries: u32) -> State {
+    let mut state = State::new(Rules {
+        ack_window: two_phase.then_some(WINDOW),
+        trace_limit: 1 << 20,
+        provisioning_retries,
+    });
     state.add_runner(RUNNER);
     state
+}
+
+/// GitLab as self-managed installs have it: two-phase commit off.
+fn state() -> State {
+    state_with(false, 1)
 }
 
 fn request(features: serde_json::Value) -> JobRequest {
@@ -77,7 +88,8 @@ fn enqueue_ticks_the_queue_value_and_jobs_come_out_oldest_first() {
     );
     let handout = state.take_job(&req, now).unwrap();
     assert_eq!(handout.payload.job_id, first.id);
-    assert_eq!(handout.payload.queue_size, 1);
+    assert_eq!(handout.payload.queue_size, 2, "both jobs were candidates");
+    assert_eq!(handout.payload.queue_depth, 1, "the first one was taken");
     assert_eq!(handout.ack_deadline, None);
     assert_eq!(state.job_status(first.id), Some(JobStatus::Running));
     assert_eq!(state.take_job(&req, now).unwrap().payload.job_id, second.id);
@@ -112,42 +124,125 @@ fn unsupported_jobs_are_dropped_and_the_next_one_is_handed_out() {
 }
 
 #[test]
-fn unacknowledged_two_phase_job_is_requeued_after_the_window() {
+fn legacy_gitlab_runs_the_job_at_hand_out_even_for_a_two_phase_runner() {
     let mut state = state();
+    let now = Instant::now();
+    let job = state.enqueue(JobSpec::new(RUNNER, &["true"]), now).unwrap();
+    let handout = state
+        .take_job(&request(json!({"two_phase_job_commit": true})), now)
+        .unwrap();
+    assert_eq!(handout.ack_deadline, None);
+    assert_eq!(state.job_status(job.id), Some(JobStatus::Running));
+    let keep_alive = JobUpdate {
+        state: "pending".into(),
+        ..JobUpdate::default()
+    };
+    assert_eq!(
+        state.update_job(job.id, &job.token, &keep_alive, now),
+        UpdateReply::Invalid(JobStatus::Running),
+        "GitLab answers 400 to a keep-alive for a job that is not waiting"
+    );
+}
+
+#[test]
+fn two_phase_needs_a_runner_manager() {
+    let mut state = state_with(true, 1);
+    let now = Instant::now();
+    state.enqueue(JobSpec::new(RUNNER, &["true"]), now).unwrap();
+    let anonymous = JobRequest {
+        system_id: None,
+        ..request(json!({"two_phase_job_commit": true}))
+    };
+    assert_eq!(state.take_job(&anonymous, now).unwrap().ack_deadline, None);
+}
+
+#[test]
+fn unacknowledged_job_fails_and_is_retried_as_a_new_job() {
+    let mut state = state_with(true, 1);
     let now = Instant::now();
     let job = state.enqueue(JobSpec::new(RUNNER, &["true"]), now).unwrap();
     let req = request(json!({"two_phase_job_commit": true}));
     let deadline = state.take_job(&req, now).unwrap().ack_deadline.unwrap();
     assert_eq!(state.job_status(job.id), Some(JobStatus::WaitingForAck));
-    let value = state.queue_value(RUNNER).unwrap().to_owned();
 
+    let early = deadline - Duration::from_secs(1);
     assert_eq!(
-        state.check_ack(job.id, deadline - Duration::from_secs(1)),
-        AckCheck::NotYet(deadline)
+        state.check_ack(job.id, early),
+        AckCheck::NotYet(early + WINDOW / 4),
+        "the worker comes back a quarter-window later while the key lives"
     );
-    assert_eq!(state.check_ack(job.id, deadline), AckCheck::Requeued);
-    assert_eq!(state.job_status(job.id), Some(JobStatus::Pending));
-    assert_ne!(
-        state.queue_value(RUNNER).unwrap(),
-        value,
-        "requeue wakes long polls"
-    );
-
-    let again = state.take_job(&req, deadline).unwrap();
-    assert_eq!(again.payload.job_id, job.id);
     let accept = JobUpdate {
         state: "running".into(),
         ..JobUpdate::default()
     };
     assert_eq!(
         state.update_job(job.id, &job.token, &accept, deadline),
+        UpdateReply::NotProcessing(JobStatus::WaitingForAck),
+        "after expiry, before the worker: 403 with Job-Status pending"
+    );
+    let value = state.queue_value(RUNNER).unwrap().to_owned();
+    let AckCheck::Dropped {
+        retried_as: Some(retry),
+    } = state.check_ack(job.id, deadline)
+    else {
+        panic!("the job should have been dropped and retried");
+    };
+    let view = state.job_view(job.id).unwrap();
+    assert_eq!(view.status, JobStatus::Failed);
+    assert_eq!(
+        view.failure_reason.as_deref(),
+        Some("runner_provisioning_timeout")
+    );
+    assert_eq!(view.retried_as, Some(retry));
+    assert_ne!(
+        state.queue_value(RUNNER).unwrap(),
+        value,
+        "the retry wakes long polls"
+    );
+
+    let again = state.take_job(&req, deadline).unwrap();
+    assert_eq!(again.payload.job_id, retry, "a new id, never the old one");
+    assert_ne!(again.payload.job_token, job.token);
+    assert_eq!(state.job_view(retry).unwrap().retry_of, Some(job.id));
+    assert_eq!(view.handouts, 1);
+
+    // The retry is the last one allowed: its own timeout fails it for good.
+    let later = deadline + WINDOW;
+    assert_eq!(
+        state.check_ack(retry, later),
+        AckCheck::Dropped { retried_as: None }
+    );
+}
+
+#[test]
+fn keep_alives_hold_a_job_past_the_window() {
+    let mut state = state_with(true, 0);
+    let now = Instant::now();
+    let job = state.enqueue(JobSpec::new(RUNNER, &["true"]), now).unwrap();
+    let req = request(json!({"two_phase_job_commit": true}));
+    state.take_job(&req, now).unwrap();
+    let keep_alive = JobUpdate {
+        state: "pending".into(),
+        ..JobUpdate::default()
+    };
+    let mut at = now;
+    for _ in 0..4 {
+        at += WINDOW / 2;
+        assert_eq!(
+            state.update_job(job.id, &job.token, &keep_alive, at),
+            UpdateReply::Updated(JobStatus::WaitingForAck)
+        );
+        assert!(matches!(state.check_ack(job.id, at), AckCheck::NotYet(_)));
+    }
+    let accept = JobUpdate {
+        state: "running".into(),
+        ..JobUpdate::default()
+    };
+    assert_eq!(
+        state.update_job(job.id, &job.token, &accept, at),
         UpdateReply::Updated(JobStatus::Running)
     );
-    assert_eq!(
-        state.check_ack(job.id, deadline + Duration::from_secs(500)),
-        AckCheck::Settled
-    );
-    assert_eq!(state.job_view(job.id).unwrap().handouts, 2);
+    assert_eq!(state.check_ack(job.id, at + WINDOW), AckCheck::Settled);
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Shared helpers: an in-process server and a minimal runner speaking runner-api.md.
+//! Shared helpers: an in-process server and a minimal runner speaking runner-protocol.md.
 #![allow(dead_code, clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 use std::time::Duration;
@@ -70,7 +70,7 @@ pub fn features(enabled: &[&str]) -> Value {
 }
 
 /// A runner manager as far as the protocol goes: remembers `X-GitLab-Last-Update` like
-/// gitlab-runner does (runner-api.md §3.3).
+/// gitlab-runner does (runner-protocol.md §3.3).
 #[derive(Debug, Clone)]
 pub struct Runner {
     pub http: reqwest::Client,
