@@ -42,6 +42,10 @@ pub struct PoolStatus {
     /// How long the pool's last reconcile and machine pass took (pools with a provisioner).
     #[serde(default)]
     pub timings: Option<crate::machines::PassTimings>,
+    /// Why GitLab refuses the pool's job requests (`403 …`, `422 Runner is orphaned`): the
+    /// pool takes no jobs until it stops.
+    #[serde(default)]
+    pub paused: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,6 +104,7 @@ async fn pools(State(admin): State<Arc<Admin>>) -> Json<Vec<PoolStatus>> {
                     BreakerState::HalfOpen { reason } => BreakerView::HalfOpen { reason },
                 }),
                 timings: machines.map(|m| m.timings()),
+                paused: p.upstream_refusal(),
             }
         })
         .collect();

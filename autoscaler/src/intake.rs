@@ -16,7 +16,7 @@ use tracing::Instrument;
 use crate::config::{self, UpstreamConfig};
 use crate::core::JobId;
 use crate::core::backoff::Backoff;
-use crate::jobs::{Accepted, Jobs, Reissue};
+use crate::jobs::{Accepted, Jobs};
 use crate::pools::Pool;
 use crate::sidecars::Sidecars;
 use crate::upstream::{JobRequest, JobRequestOutcome, Upstream, UpstreamError};
@@ -43,7 +43,12 @@ enum Round {
         retry_after: Option<Duration>,
         reason: String,
     },
-    Forbidden,
+    /// GitLab refuses the pool (`403`, `422 Runner is orphaned`).
+    Forbidden {
+        reason: String,
+    },
+    /// `409`: ask again at once, as a runner does.
+    Conflict,
 }
 
 impl Intake {
@@ -111,6 +116,9 @@ impl Intake {
             if std::mem::take(failing) {
                 tracing::info!("GitLab answers job requests again");
             }
+            if self.pool.set_upstream_refusal(None) {
+                tracing::info!("GitLab takes this pool's job requests again; the pool resumes");
+            }
         };
         match round {
             Round::Job(id) => {
@@ -142,11 +150,17 @@ impl Intake {
                 }
                 wait
             }
-            Round::Forbidden => {
+            Round::Conflict => {
+                recovered(failing);
+                Duration::ZERO
+            }
+            Round::Forbidden { reason } => {
                 let wait = backoff.fail(Some(Duration::from_secs(60)), rand::random::<f64>());
-                if !std::mem::replace(failing, true) {
-                    tracing::error!(retry_in = ?wait,
-                        "GitLab refuses this pool's runner token (403): check upstream_token; no jobs will be taken");
+                *failing = true;
+                if self.pool.set_upstream_refusal(Some(reason.clone())) {
+                    tracing::error!(%reason, retry_in = ?wait,
+                        "GitLab refuses this pool's job requests (token not valid, or the runner is orphaned: \
+                         no project or group left); the pool is paused and takes no jobs; check upstream_token in GitLab");
                 }
                 wait
             }
@@ -172,14 +186,15 @@ impl Intake {
         let mut info = self
             .sidecars
             .pool_info(self.pool.name())
-            .unwrap_or_else(default_info);
+            .unwrap_or_else(|| configured_info(self.pool.config.sidecar.as_ref().map(|s| &s.mode)));
         if let Some(features) = info
             .get_mut("features")
             .and_then(serde_json::Value::as_object_mut)
         {
-            // Every job is acknowledged: by its sidecar's acceptance when handed out at once, by
-            // the autoscaler once durable when it waits. Two-phase acceptance then lets GitLab
-            // requeue a job we took but crashed before storing.
+            // Where GitLab offers two-phase commit, a job waiting for a machine stays pending
+            // there, kept with `pending` keep-alives, until a sidecar accepts it; a job no
+            // machine can take is released by ceasing them (runner-protocol.md §3.5). Where
+            // GitLab does not, the job runs at hand-out and this changes nothing.
             features.insert("two_phase_job_commit".into(), serde_json::Value::Bool(true));
         }
         let sent_last_update = self.pool.last_update();
@@ -200,7 +215,8 @@ impl Intake {
                     rails_short_circuit: echoed,
                 }
             }
-            Ok(JobRequestOutcome::Forbidden) => Round::Forbidden,
+            Ok(JobRequestOutcome::Forbidden { reason }) => Round::Forbidden { reason },
+            Ok(JobRequestOutcome::Conflict) => Round::Conflict,
             Ok(JobRequestOutcome::RetryLater {
                 status,
                 retry_after,
@@ -232,7 +248,7 @@ impl Intake {
                 Round::Job(id)
             }
             Ok(Accepted::Again(id)) => {
-                self.reissued(id, payload).await;
+                tracing::warn!(job.id = %id, "GitLab answered with a job we already hold; ignored");
                 Round::Job(id)
             }
             Err(e) => {
@@ -247,55 +263,27 @@ impl Intake {
     }
 }
 
-impl Intake {
-    /// GitLab handed out a job we hold: it never saw the job's acceptance (two-phase commit
-    /// requeues unacknowledged jobs).
-    async fn reissued(&self, id: JobId, payload: &[u8]) {
-        match self.jobs.reissued(id, payload) {
-            Ok(Reissue::RunAgain) => {
-                tracing::warn!(job.id = %id, "GitLab handed out again a job that had ended here; running it again");
-                self.pool.queue.offer(id);
-            }
-            Ok(Reissue::Reacknowledge) => {
-                tracing::warn!(job.id = %id, "GitLab handed out again a job we hold; it will be acknowledged again");
-            }
-            Err(e) => {
-                tracing::error!(job.id = %id, error = %e, "cannot handle a job GitLab handed out again")
-            }
+/// The `info` sent before any sidecar of the pool has described itself: the features of the
+/// runner the pool is configured to start (`core::features::configured_features`), so that
+/// GitLab drops no job that runner could run. Replaced by what the pool's sidecars say as soon
+/// as one asks for a job.
+/// A pool without a sidecar configuration (its runners register themselves) and a `command`
+/// pool are taken to run a stock shell runner.
+fn configured_info(sidecar: Option<&config::SidecarMode>) -> serde_json::Value {
+    use crate::core::features::{ConfiguredRunner, configured_features};
+    let runner = match sidecar {
+        Some(config::SidecarMode::Builtin) => ConfiguredRunner::Builtin,
+        Some(config::SidecarMode::GitlabRunner { executor, .. }) => {
+            ConfiguredRunner::Stock { executor }
         }
-    }
-}
-
-/// The `info` sent before any sidecar of the pool has described itself: what every shell-executor
-/// runner (the built-in sidecar, stock `gitlab-runner`) supports. Replaced by what the pool's
-/// sidecars say as soon as one asks for a job.
-fn default_info() -> serde_json::Value {
-    const SHELL_RUNNER_FEATURES: &[&str] = &[
-        "variables",
-        "artifacts",
-        "shared",
-        "upload_multiple_artifacts",
-        "upload_raw_artifacts",
-        "refspecs",
-        "masking",
-        "raw_variables",
-        "artifacts_exclude",
-        "multi_build_steps",
-        "trace_reset",
-        "trace_checksum",
-        "trace_size",
-        "cancelable",
-        "return_exit_code",
-        "cancel_gracefully",
-    ];
-    let features: serde_json::Map<String, serde_json::Value> = SHELL_RUNNER_FEATURES
-        .iter()
-        .map(|f| ((*f).to_string(), serde_json::Value::Bool(true)))
-        .collect();
+        Some(config::SidecarMode::Command { .. }) | None => {
+            ConfiguredRunner::Stock { executor: "shell" }
+        }
+    };
     serde_json::json!({
         "name": "gitlab-runner-autoscaler",
         "version": env!("CARGO_PKG_VERSION"),
         "executor": "shell",
-        "features": features,
+        "features": configured_features(runner),
     })
 }

@@ -19,6 +19,9 @@ pub struct Pool {
     /// GitLab's last `X-GitLab-Last-Update` for this pool's token, sent back as `last_update`
     /// so that Workhorse can long-poll our job requests.
     pub last_update: Mutex<Option<String>>,
+    /// Why GitLab refuses this pool's job requests (`403`, `422 Runner is orphaned`), while it
+    /// does: the pool takes no jobs, and status and log say why.
+    upstream_refusal: Mutex<Option<String>>,
 }
 
 impl Pool {
@@ -41,6 +44,7 @@ impl Pool {
             config,
             system_id,
             last_update: Mutex::new(None),
+            upstream_refusal: Mutex::new(None),
         }))
     }
 
@@ -53,6 +57,24 @@ impl Pool {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    pub fn upstream_refusal(&self) -> Option<String> {
+        self.upstream_refusal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records GitLab's refusal (or its end); `true` when it changed.
+    pub fn set_upstream_refusal(&self, refusal: Option<String>) -> bool {
+        let mut current = self
+            .upstream_refusal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = *current != refusal;
+        *current = refusal;
+        changed
     }
 
     pub fn set_last_update(&self, value: String) {

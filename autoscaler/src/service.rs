@@ -166,6 +166,7 @@ pub async fn run_with(
         jobs.clone(),
         clock.clone(),
         config.state.dir.join("spool"),
+        config.upstream.keepalive_interval,
     );
     tasks.spawn(maintenance(
         pools.clone(),
@@ -429,14 +430,7 @@ async fn maintenance(
             if pool.config.provisioner.is_some() {
                 let timeout = millis(pool.config.scaling.acquire_timeout);
                 for id in jobs.waited_too_long(pool.name(), timeout) {
-                    let reason = format!(
-                        "no machine took it within {} s (acquire_timeout)",
-                        timeout / 1000
-                    );
-                    tracing::warn!(job.id = %id, pool = %pool.name(), %reason, "giving up on a job");
-                    if let Err(e) = jobs.apply(id, JobEvent::Abandon { reason }) {
-                        tracing::error!(job.id = %id, error = %e, "cannot give up on the job");
-                    }
+                    give_up(&jobs, pool.name(), id, timeout);
                 }
             }
         }
@@ -448,6 +442,29 @@ async fn maintenance(
                 Err(e) => tracing::error!(error = %e, "could not collect finished jobs"),
             }
         }
+    }
+}
+
+/// A job no machine took within `acquire_timeout`. Held by GitLab for our acknowledgement, it
+/// is released by ceasing keep-alives: GitLab fails it as `runner_provisioning_timeout` and
+/// its retry rules give it to another runner. Else GitLab runs it already, and it is failed
+/// there with `runner_system_failure` (which CI `retry:` can rerun).
+fn give_up(jobs: &Jobs, pool: &str, id: crate::core::JobId, timeout: u64) {
+    let held = jobs.get(id).is_some_and(|r| r.held && !r.acknowledged);
+    let reason = format!(
+        "no machine took it within {} s (acquire_timeout)",
+        timeout / 1000
+    );
+    let result = if held {
+        tracing::warn!(job.id = %id, %pool, %reason,
+            "releasing the job to GitLab: no more keep-alives, so GitLab fails it as runner_provisioning_timeout and may retry it elsewhere");
+        jobs.apply(id, JobEvent::Ended)
+    } else {
+        tracing::warn!(job.id = %id, %pool, %reason, "giving up on a job");
+        jobs.apply(id, JobEvent::Abandon { reason })
+    };
+    if let Err(e) = result {
+        tracing::error!(job.id = %id, error = %e, "cannot give up on the job");
     }
 }
 

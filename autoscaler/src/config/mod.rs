@@ -83,8 +83,16 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Timeout of a relayed job update or trace patch.
     pub call_timeout: Duration,
-    /// Timeout of one `POST /jobs/request` (it may be long-polled by Workhorse for ~50 s).
+    /// Timeout of one `POST /jobs/request`; longer than `gitlab_long_poll`, so that a job GitLab
+    /// assigns at the end of a long poll is never cut off.
     pub job_request_timeout: Duration,
+    /// How long GitLab's Workhorse holds a job request (`apiCiLongPollingDuration`; 50 s in
+    /// GitLab's own packages).
+    pub gitlab_long_poll: Duration,
+    /// How often a job waiting for a machine is confirmed with GitLab (`PUT state=pending` while
+    /// GitLab holds it for acknowledgement, else `state=running`): well inside GitLab's
+    /// 2-minute acknowledgement window, and how fast a cancel reaches a waiting job.
+    pub keepalive_interval: Duration,
     /// Timeout of an artifact upload or download relayed through the autoscaler.
     pub artifact_timeout: Duration,
     /// Pause between job requests when GitLab does not long-poll (it answers `204` at once with
@@ -316,6 +324,24 @@ fn read_upstream(s: Option<Section<'_>>, root: &Section<'_>) -> Option<UpstreamC
     let connect_timeout = d("connect_timeout", 10);
     let call_timeout = d("call_timeout", 60);
     let job_request_timeout = d("job_request_timeout", 90);
+    let gitlab_long_poll = d("gitlab_long_poll", 50);
+    // Room for GitLab's answer after Workhorse's hold ends.
+    if job_request_timeout < gitlab_long_poll + Duration::from_secs(10) {
+        s.problem(
+            "job_request_timeout",
+            format!(
+                "must exceed gitlab_long_poll ({} s) by at least 10 s: a job GitLab assigns as a long poll ends would be cut off with the request",
+                gitlab_long_poll.as_secs()
+            ),
+        );
+    }
+    let keepalive_interval = d("keepalive_interval", 30);
+    if keepalive_interval < Duration::from_secs(1) || keepalive_interval > Duration::from_secs(90) {
+        s.problem(
+            "keepalive_interval",
+            "must be between 1s and 90s (GitLab forgets a held job 2 minutes after its last keep-alive)",
+        );
+    }
     let artifact_timeout = d("artifact_timeout", 3600);
     let poll_interval = d("poll_interval", 3);
     s.finish();
@@ -324,6 +350,8 @@ fn read_upstream(s: Option<Section<'_>>, root: &Section<'_>) -> Option<UpstreamC
         connect_timeout,
         call_timeout,
         job_request_timeout,
+        gitlab_long_poll,
+        keepalive_interval,
         artifact_timeout,
         poll_interval,
     })

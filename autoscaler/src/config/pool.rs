@@ -278,11 +278,27 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         idle_time: duration_or(&s, "idle_time", d.idle_time),
         max_use_count: s.or("max_use_count", d.max_use_count),
         intake,
-        acquire_timeout: duration_or(&s, "acquire_timeout", d.acquire_timeout),
+        acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
     scaling
+}
+
+/// GitLab fails a running job 15 minutes after its own timeout, counted from when it became
+/// running (runner-protocol.md §4). Where GitLab runs a job from hand-out (no two-phase commit),
+/// the wait for a machine counts, so a longer wait could get a job that succeeds failed.
+const GITLAB_RUNNING_MARGIN: Duration = Duration::from_secs(15 * 60);
+
+fn read_acquire_timeout(s: &Section<'_>, default: Duration) -> Duration {
+    let timeout = duration_or(s, "acquire_timeout", default);
+    if timeout > GITLAB_RUNNING_MARGIN {
+        s.problem(
+            "acquire_timeout",
+            "must be at most 15m: GitLab fails a running job 15 minutes after its timeout, and where it runs jobs from hand-out the wait for a machine counts",
+        );
+    }
+    timeout
 }
 
 fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {

@@ -50,9 +50,6 @@ pub enum JobEvent {
     Accepted,
     /// GitLab answered the final update with `200`, or refused further calls for the job.
     Ended,
-    /// GitLab handed the job out again: it never saw an acceptance (two-phase commit requeues a
-    /// job that was not acknowledged in time). A job that had ended on our side runs again.
-    Reissued,
     /// The sidecar that held the job is gone (its machine was lost). Not yet accepted: hand it
     /// to another; running: it failed.
     Lost { reason: String },
@@ -98,7 +95,6 @@ pub fn transition(
         (P::Running { .. }, E::Accepted) => phase.clone(),
         (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Ended) => P::Finished { at: now },
         (P::Finished { .. }, E::Accepted | E::Ended) => phase.clone(),
-        (P::Finished { .. } | P::Failing { .. }, E::Reissued) => P::Queued,
         (P::Assigned { .. }, E::Lost { .. }) => P::Queued,
         (P::Running { .. }, E::Lost { reason })
         | (P::Queued | P::Assigned { .. }, E::Abandon { reason }) => P::Failing {
@@ -110,8 +106,6 @@ pub fn transition(
         (P::Queued | P::Failing { .. } | P::Finished { .. }, E::Lost { .. })
         | (P::Running { .. } | P::Failing { .. } | P::Finished { .. }, E::Abandon { .. })
         | (P::Failing { .. }, E::Accepted | E::AckTimedOut | E::HandOutFailed) => phase.clone(),
-        // Not finished: the job is still ours where it is; the caller re-delivers its acceptance.
-        (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Reissued) => phase.clone(),
         // A timeout or failed hand-out racing with the acceptance: the acceptance won.
         (P::Running { .. } | P::Finished { .. }, E::AckTimedOut | E::HandOutFailed) => {
             phase.clone()
@@ -212,7 +206,6 @@ mod tests {
             (finished.clone(), E::Accepted, Some(finished.clone())),
             (finished.clone(), E::Ended, Some(finished.clone())),
             (finished.clone(), E::HandedOut { sidecar: S }, None),
-            (finished.clone(), E::Reissued, Some(P::Queued)),
             (
                 assigned.clone(),
                 E::Lost { reason: "x".into() },
@@ -261,8 +254,6 @@ mod tests {
                 E::HandedOut { sidecar: S },
                 None,
             ),
-            (running.clone(), E::Reissued, Some(running.clone())),
-            (assigned.clone(), E::Reissued, Some(assigned.clone())),
         ];
         for (phase, event, expected) in cases {
             let got = transition(&phase, &event, 100).ok();
@@ -290,7 +281,6 @@ mod tests {
             Just(JobEvent::AckTimedOut),
             Just(JobEvent::Accepted),
             Just(JobEvent::Ended),
-            Just(JobEvent::Reissued),
             Just(JobEvent::Lost {
                 reason: "lost".into()
             }),
@@ -301,19 +291,17 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever happens, only GitLab reissuing a job reopens a finished one, and a job never
-        /// goes back to the queue once a sidecar accepted it (that would run it twice).
+        /// Whatever happens, a finished job stays finished (GitLab never hands the same job out
+        /// twice, runner-protocol.md §3.5), and a job never goes back to the queue once a
+        /// sidecar accepted it (that would run it twice).
         #[test]
         fn finished_is_terminal_and_running_never_requeues(events in proptest::collection::vec(event(), 0..40)) {
             let mut phase = JobPhase::Queued;
             let mut was_running = false;
             for (now, e) in events.iter().enumerate() {
                 if let Ok(next) = transition(&phase, e, now as Millis) {
-                    if phase.is_finished() && *e != JobEvent::Reissued {
+                    if phase.is_finished() {
                         prop_assert_eq!(&next, &phase);
-                    }
-                    if *e == JobEvent::Reissued {
-                        was_running = false;
                     }
                     if was_running {
                         let requeued = next.is_queued() || matches!(next, JobPhase::Assigned { .. });

@@ -39,8 +39,8 @@ pub enum Denied {
 pub enum Accepted {
     /// A new job, queued.
     New(JobId),
-    /// GitLab handed us a job we already hold (e.g. requeued after an acknowledgement window);
-    /// nothing changed.
+    /// GitLab handed us a job we already hold. GitLab never hands a job out twice
+    /// (runner-protocol.md §3.5); this is a replayed answer, and nothing changed.
     Again(JobId),
 }
 
@@ -127,6 +127,8 @@ impl Jobs {
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
             acknowledged: false,
+            held: false,
+            artifact_refusal: None,
             spooled: Vec::new(),
         };
         let stored = self
@@ -334,8 +336,6 @@ impl Jobs {
 
 mod access;
 mod owed;
-
-pub use owed::Reissue;
 
 #[cfg(test)]
 mod tests;

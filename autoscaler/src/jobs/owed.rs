@@ -9,16 +9,6 @@ use crate::core::job::{JobEvent, JobPhase};
 use crate::core::{JobId, Millis, SidecarId};
 use crate::store::{JobRecord, SpooledUpload};
 
-/// What to do about a job GitLab handed out again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reissue {
-    /// It had ended here; offer it to the pool again.
-    RunAgain,
-    /// It is still ours (queued, handed out or running): GitLab just needs its acknowledgement
-    /// again, which the next delivery sends.
-    Reacknowledge,
-}
-
 impl Jobs {
     /// The smallest acceptance GitLab takes for a job: its token and `state: running`.
     pub fn acceptance_body(&self, id: JobId) -> Option<Bytes> {
@@ -44,20 +34,17 @@ impl Jobs {
         self.update(id, |r| r.acknowledged = acknowledged)
     }
 
-    /// GitLab handed out a job we already hold. What it means depends on where the job is.
-    pub fn reissued(&self, id: JobId, payload: &[u8]) -> Result<Reissue, JobsError> {
-        let (before, after) = self.apply(id, JobEvent::Reissued)?;
-        // Whatever we thought, GitLab did not count an acceptance.
-        self.set_acknowledged(id, false)?;
-        if before != after {
-            // The run we knew ended (or failed); GitLab wants the job run. The payload may be new.
-            self.store.put_payload(id, payload)?;
-            if let Some(j) = self.lock().get_mut(&id) {
-                j.trace_length = None;
-            }
-            return Ok(Reissue::RunAgain);
+    /// GitLab holds the job waiting for our acknowledgement (or no longer does).
+    pub fn set_held(&self, id: JobId, held: bool) -> Result<(), JobsError> {
+        if self.lock().get(&id).is_some_and(|j| j.record.held == held) {
+            return Ok(());
         }
-        Ok(Reissue::Reacknowledge)
+        self.update(id, |r| r.held = held)
+    }
+
+    /// GitLab refused a spooled upload for good; the job's final state will say so.
+    pub fn set_artifact_refusal(&self, id: JobId, refusal: String) -> Result<(), JobsError> {
+        self.update(id, |r| r.artifact_refusal = Some(refusal))
     }
 
     pub fn add_spooled(&self, id: JobId, upload: SpooledUpload) -> Result<(), JobsError> {
@@ -68,23 +55,25 @@ impl Jobs {
         self.update(id, |r| r.spooled.retain(|u| u.file != file))
     }
 
-    /// Jobs for which GitLab is owed something now: an acknowledgement (for jobs waiting for or
-    /// handed to a sidecar longer than `ack_grace`: a sidecar acknowledges at once itself),
-    /// spooled uploads, or a failure.
+    /// Jobs for which GitLab is owed something now: a keep-alive (jobs waiting for a machine,
+    /// or handed to a sidecar longer than `ack_grace` without its acceptance: a sidecar accepts
+    /// at once itself), an acknowledgement (a sidecar accepted but GitLab did not hear it),
+    /// spooled uploads, or a failure. The caller paces keep-alives.
     pub fn owing(&self, ack_grace: Millis) -> Vec<JobRecord> {
         let now = self.clock.now();
         self.lock()
             .values()
             .map(|j| &j.record)
             .filter(|r| {
-                let ack_due = !r.acknowledged
-                    && match &r.phase {
-                        JobPhase::Queued => true,
-                        JobPhase::Assigned { at, .. } => now.saturating_sub(*at) >= ack_grace,
-                        JobPhase::Running { since, .. } => now.saturating_sub(*since) >= ack_grace,
-                        JobPhase::Failing { .. } | JobPhase::Finished { .. } => false,
-                    };
-                ack_due || !r.spooled.is_empty() || matches!(r.phase, JobPhase::Failing { .. })
+                let contact_due = match &r.phase {
+                    JobPhase::Queued => true,
+                    JobPhase::Assigned { at, .. } => now.saturating_sub(*at) >= ack_grace,
+                    JobPhase::Running { since, .. } => {
+                        !r.acknowledged && now.saturating_sub(*since) >= ack_grace
+                    }
+                    JobPhase::Failing { .. } | JobPhase::Finished { .. } => false,
+                };
+                contact_due || !r.spooled.is_empty() || matches!(r.phase, JobPhase::Failing { .. })
             })
             .cloned()
             .collect()
@@ -108,7 +97,7 @@ impl Jobs {
             let (before, after) = self.apply(
                 id,
                 JobEvent::Lost {
-                    reason: reason.to_string(),
+                    reason: format!("the machine running this job was lost ({reason})"),
                 },
             )?;
             match after {

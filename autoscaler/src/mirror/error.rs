@@ -36,7 +36,9 @@ pub enum ApiError {
 impl From<Denied> for ApiError {
     fn from(d: Denied) -> Self {
         match d {
-            Denied::UnknownJob(_) => ApiError::NotFound(d.to_string()),
+            // GitLab's job-token authentication finds the job by its token and refuses any other
+            // id with 403, whether or not that id exists (runner-protocol.md §4).
+            Denied::UnknownJob(_) => ApiError::Forbidden(d.to_string()),
             Denied::WrongToken(_) => ApiError::Forbidden(d.to_string()),
         }
     }

@@ -161,9 +161,16 @@ pub async fn update_job(
     } else {
         app.delivery.ensure_acknowledged(id).await?;
     }
+    let mut bytes = bytes;
     if is_final {
-        // The job token stops working once GitLab has the final state: artifacts first.
-        app.delivery.upload_spooled(id).await?;
+        // The job token stops working once GitLab has the final state: artifacts first, and
+        // never inside this call (the runner would time out waiting): come back later.
+        if app.delivery.uploads_pending(id) {
+            return Ok(come_back_later());
+        }
+        if let Some(record) = app.jobs.get(id) {
+            bytes = app.delivery.final_update_body(&record, bytes).await;
+        }
     }
     let forwarded = forward(
         &app,
@@ -185,6 +192,21 @@ pub async fn update_job(
         tracing::info!(state, upstream_status = status, "job ended");
     }
     respond(forwarded).await
+}
+
+/// GitLab's own answer to a final update it cannot finish yet (runner-protocol.md §4): `202`,
+/// and `X-GitLab-Trace-Update-Interval` for when to ask again.
+fn come_back_later() -> Response {
+    const RETRY_SECS: &str = "3";
+    (
+        axum::http::StatusCode::ACCEPTED,
+        [
+            ("job-status", "running"),
+            ("x-gitlab-trace-update-interval", RETRY_SECS),
+        ],
+        "202",
+    )
+        .into_response()
 }
 
 fn note<E: std::fmt::Display>(result: Result<(), E>) {
@@ -261,9 +283,7 @@ pub async fn patch_trace(
     .await?;
     // GitLab reports the stored length as `Range: 0-<length>` on 202 and 416.
     if matches!(forwarded.status.as_u16(), 202 | 416)
-        && let Some(length) = header(&forwarded.headers, "range")
-            .and_then(|r| r.split_once('-'))
-            .and_then(|(_, n)| n.trim().parse::<u64>().ok())
+        && let Some(length) = crate::upstream::range_end(&forwarded.headers)
     {
         app.jobs.set_trace_length(id, length);
     }

@@ -73,6 +73,7 @@ fn harness() -> Harness {
         jobs.clone(),
         Arc::new(SystemClock),
         std::env::temp_dir().join(format!("autoscaler-spool-{}", std::process::id())),
+        std::time::Duration::from_secs(30),
     );
     let app = Arc::new(App::new(
         pools,
@@ -329,7 +330,8 @@ async fn job_calls_with_the_wrong_token_or_job_never_reach_gitlab() {
     );
     assert_eq!(
         h.call(put_job(99, "glcbt-job99", "running")).await.status,
-        StatusCode::NOT_FOUND
+        StatusCode::FORBIDDEN,
+        "GitLab answers 403 for a job its token does not open, known or not"
     );
     let no_token = Request::put("/api/v4/jobs/60")
         .body(Body::from(r#"{"state":"running"}"#))
@@ -502,7 +504,7 @@ async fn dependencies_download_through_the_relay_only_when_declared() {
         .header("job-token", "glcbt-job90")
         .body(Body::empty())
         .unwrap();
-    assert_eq!(h.call(undeclared).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(h.call(undeclared).await.status, StatusCode::FORBIDDEN);
     assert_eq!(h.upstream.calls().len(), 1);
 }
 
@@ -632,13 +634,18 @@ async fn artifacts_taken_while_gitlab_fails_are_kept_and_sent_before_the_final_s
     assert_eq!(spooled.len(), 1);
     assert_eq!(std::fs::read(&spooled[0].file).unwrap(), body.as_bytes());
 
-    // Still failing at the final update: the artifacts cannot go, so neither does the final state.
+    // Still failing at the final update: the artifacts cannot go, so neither does the final
+    // state; the runner is told to come back (GitLab's own 202), never held inside the call.
     h.upstream.answer(Ok(Scripted::new(503)));
+    let early = h.call(put_job(120, "glcbt-job120", "success")).await;
+    assert_eq!(early.status, StatusCode::ACCEPTED);
+    assert_eq!(early.headers["x-gitlab-trace-update-interval"], "3");
+    h.app.delivery.settled(JobId(120)).await;
     assert_eq!(
-        h.call(put_job(120, "glcbt-job120", "success")).await.status,
-        StatusCode::BAD_GATEWAY
+        h.upstream.calls().len(),
+        1,
+        "one upload attempt, no final state"
     );
-    assert_eq!(h.upstream.calls().len(), 1);
     assert!(
         h.app
             .jobs
@@ -646,8 +653,11 @@ async fn artifacts_taken_while_gitlab_fails_are_kept_and_sent_before_the_final_s
             .is_some_and(|p| !p.is_finished())
     );
 
-    // GitLab is back: artifacts first, then the final state.
+    // GitLab is back: the upload goes while the runner waits, then the final state.
     h.upstream.answer(Ok(Scripted::new(201)));
+    let again = h.call(put_job(120, "glcbt-job120", "success")).await;
+    assert_eq!(again.status, StatusCode::ACCEPTED);
+    h.app.delivery.settled(JobId(120)).await;
     h.upstream.answer(Ok(Scripted::new(200)));
     assert_eq!(
         h.call(put_job(120, "glcbt-job120", "success")).await.status,
@@ -668,4 +678,35 @@ async fn artifacts_taken_while_gitlab_fails_are_kept_and_sent_before_the_final_s
         "the spool file is removed once delivered"
     );
     assert!(h.app.jobs.phase(JobId(120)).unwrap().is_finished());
+}
+
+#[tokio::test]
+async fn spooled_artifacts_gitlab_refuses_fail_the_job_with_the_reason() {
+    let h = harness();
+    h.queue_job("a", 121, json!([])).await;
+    h.app.delivery.gitlab_answered(false);
+    let body = "--XYZ\r\nartifact bytes\r\n--XYZ--\r\n";
+    assert_eq!(h.call(upload(121, body)).await.status, StatusCode::CREATED);
+    h.app.delivery.gitlab_answered(true);
+
+    h.upstream.answer(Ok(Scripted::new(413)
+        .header("content-type", "application/json")
+        .body(&br#"{"message":"413 Request Entity Too Large"}"#[..])));
+    let early = h.call(put_job(121, "glcbt-job121", "success")).await;
+    assert_eq!(early.status, StatusCode::ACCEPTED);
+    h.app.delivery.settled(JobId(121)).await;
+    let refusal = h.app.jobs.get(JobId(121)).unwrap().artifact_refusal;
+    assert_eq!(refusal.as_deref(), Some("413 413 Request Entity Too Large"));
+
+    // The runner reported success; GitLab hears the failure it would have reported itself.
+    h.upstream.answer(Ok(Scripted::new(200)));
+    assert_eq!(
+        h.call(put_job(121, "glcbt-job121", "success")).await.status,
+        StatusCode::OK
+    );
+    let last = h.upstream.calls().pop().unwrap();
+    assert_eq!(last.path, "/api/v4/jobs/121");
+    let update: Value = serde_json::from_slice(&last.body).unwrap();
+    assert_eq!(update["state"], "failed");
+    assert_eq!(update["failure_reason"], "script_failure");
 }

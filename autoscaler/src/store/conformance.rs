@@ -19,6 +19,8 @@ fn job(id: u64) -> JobRecord {
         phase: JobPhase::Queued,
         accepted_at: 1_000,
         acknowledged: false,
+        held: false,
+        artifact_refusal: None,
         spooled: vec![SpooledUpload {
             file: "spool/1".into(),
             query: Some("artifact_type=archive".into()),

@@ -33,9 +33,18 @@ pub struct JobRecord {
     /// ours. Until then the autoscaler owes GitLab one.
     #[serde(default)]
     pub acknowledged: bool,
+    /// GitLab holds the job for our acknowledgement (two-phase commit answered our `pending`
+    /// keep-alive with `200`): the job's time at GitLab has not started, and ceasing the
+    /// keep-alives releases it (runner-protocol.md §3.5).
+    #[serde(default)]
+    pub held: bool,
     /// Artifact uploads taken while GitLab could not, kept on disk until GitLab has them.
     #[serde(default)]
     pub spooled: Vec<SpooledUpload>,
+    /// GitLab refused a spooled upload (status and message): the job's final state must say
+    /// so, as a stock runner's would have.
+    #[serde(default)]
+    pub artifact_refusal: Option<String>,
 }
 
 /// An artifact upload kept on disk for GitLab.

@@ -69,6 +69,16 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     })
 }
 
+/// The stored trace length GitLab reports as `Range: 0-<length>` (trace answers `202`/`416`).
+pub fn range_end(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get("range")?
+        .to_str()
+        .ok()?
+        .split_once('-')
+        .and_then(|(_, n)| n.trim().parse::<u64>().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,8 +168,11 @@ impl Upstream for HttpUpstream {
                         .filter(|v| !v.is_empty())
                         .map(str::to_string),
                 },
-                403 => JobRequestOutcome::Forbidden,
-                408 | 409 | 429 | 500..=599 => JobRequestOutcome::RetryLater {
+                403 | 422 => JobRequestOutcome::Forbidden {
+                    reason: refusal(status.as_u16(), response).await,
+                },
+                409 => JobRequestOutcome::Conflict,
+                408 | 429 | 500..=599 => JobRequestOutcome::RetryLater {
                     status: status.as_u16(),
                     retry_after: retry_after(response.headers(), SystemTime::now()),
                 },
@@ -213,4 +216,18 @@ impl Upstream for HttpUpstream {
             })
         })
     }
+}
+
+/// `"<status> <GitLab's message>"` of a refused job request (the body is small JSON).
+async fn refusal(status: u16, response: reqwest::Response) -> String {
+    let text = response.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.get("message")
+                .and_then(|m| m.as_str().map(str::to_string))
+        })
+        .unwrap_or(text);
+    let message: String = message.chars().take(200).collect();
+    format!("{status} {}", message.trim())
 }

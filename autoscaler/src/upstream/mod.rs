@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-pub use self::headers::{filter_request_headers, filter_response_headers, retry_after};
+pub use self::headers::{filter_request_headers, filter_response_headers, range_end, retry_after};
 pub use self::http::HttpUpstream;
 use crate::secret::Secret;
 
@@ -39,8 +39,11 @@ pub enum JobRequestOutcome {
     /// `204`. `last_update` is GitLab's `X-GitLab-Last-Update`, absent when Workhorse ended a
     /// long poll.
     NoJob { last_update: Option<String> },
-    /// `403`: the runner token is not (or no longer) valid.
-    Forbidden,
+    /// `403`, or `422 Runner is orphaned`: GitLab will not give this runner jobs (token not
+    /// valid, or a runner without project or group); `reason` is what GitLab said.
+    Forbidden { reason: String },
+    /// `409`: another request of this runner is being served; a runner asks again at once.
+    Conflict,
     /// `429`, `5xx` and the like: ask again later, after `retry_after` if GitLab said.
     RetryLater {
         status: u16,

@@ -110,6 +110,13 @@ pub struct Autoscaler {
     config_path: PathBuf,
 }
 
+/// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines).
+#[derive(Debug, Clone, Default)]
+pub struct Extra<'a> {
+    pub server: &'a str,
+    pub upstream: &'a str,
+}
+
 impl Autoscaler {
     /// Writes a configuration for `pools` talking to `gitlab_url` into `dir` and starts
     /// `autoscaler run` on free ports. `server_extra` is appended to the `[server]` table.
@@ -119,17 +126,25 @@ impl Autoscaler {
         pools: &[PoolSpec],
         server_extra: &str,
     ) -> Result<Self> {
+        let extra = Extra {
+            server: server_extra,
+            upstream: "",
+        };
+        Self::start_with(dir, gitlab_url, pools, &extra).await
+    }
+
+    /// [`Autoscaler::start`] with extra keys for `[server]` and `[upstream]`.
+    pub async fn start_with(
+        dir: &Path,
+        gitlab_url: &str,
+        pools: &[PoolSpec],
+        extra: &Extra<'_>,
+    ) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("autoscaler.toml");
         std::fs::write(
             &config_path,
-            config_toml(
-                "127.0.0.1:0",
-                "127.0.0.1:0",
-                gitlab_url,
-                pools,
-                server_extra,
-            ),
+            config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
         )?;
         let (proc, url, admin_url) = spawn_autoscaler(&config_path).await?;
         // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
@@ -137,7 +152,7 @@ impl Autoscaler {
         let admin = admin_url.trim_start_matches("http://");
         std::fs::write(
             &config_path,
-            config_toml(listen, admin, gitlab_url, pools, server_extra),
+            config_toml(listen, admin, gitlab_url, pools, extra),
         )?;
         Ok(Self {
             proc,
@@ -258,11 +273,12 @@ fn config_toml(
     admin: &str,
     gitlab_url: &str,
     pools: &[PoolSpec],
-    server_extra: &str,
+    extra: &Extra<'_>,
 ) -> String {
+    let (server_extra, upstream_extra) = (extra.server, extra.upstream);
     let mut toml = format!(
         "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n\n\
-         [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n\n"
+         [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n{upstream_extra}\n\n"
     );
     for p in pools {
         toml.push_str(&format!(

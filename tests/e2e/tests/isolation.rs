@@ -165,7 +165,11 @@ async fn a_sidecar_reaches_only_its_own_jobs_and_never_sees_an_upstream_token() 
             Some(json!({"token": own_token, "state": "running"})),
         )
         .await?;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "GitLab's answer for a job the token does not open"
+    );
     let (status, _) = a1
         .call(
             Method::GET,
@@ -176,7 +180,7 @@ async fn a_sidecar_reaches_only_its_own_jobs_and_never_sees_an_upstream_token() 
         .await?;
     assert_eq!(
         status,
-        StatusCode::NOT_FOUND,
+        StatusCode::FORBIDDEN,
         "a job that is no declared dependency"
     );
     let after = gitlab.control.stats().await?;

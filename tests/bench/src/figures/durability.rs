@@ -27,7 +27,9 @@ fn record(id: u64) -> JobRecord {
         phase: JobPhase::Queued,
         accepted_at: 0,
         acknowledged: false,
+        held: false,
         spooled: Vec::new(),
+        artifact_refusal: None,
     }
 }
 

@@ -192,7 +192,9 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             },
             accepted_at: now,
             acknowledged: true,
+            held: false,
             spooled: Vec::new(),
+            artifact_refusal: None,
         })?;
         store.put_payload(id, payload)?;
     }
