@@ -34,6 +34,9 @@ pub struct PoolQueue {
     state: Mutex<QueueState>,
     changed: watch::Sender<u64>,
     gate: std::sync::OnceLock<Arc<dyn SlotGate>>,
+    /// Free slots the policy in force keeps ready (`u32::MAX` until a controller says), so
+    /// that a preemptive pool whose period wants none still takes jobs.
+    idle_target: std::sync::atomic::AtomicU32,
 }
 
 #[derive(Debug)]
@@ -69,6 +72,7 @@ impl PoolQueue {
             }),
             changed: watch::Sender::new(0),
             gate: std::sync::OnceLock::new(),
+            idle_target: std::sync::atomic::AtomicU32::new(u32::MAX),
         })
     }
 
@@ -95,6 +99,16 @@ impl PoolQueue {
 
     fn notify(&self) {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The idle target of the policy in force (set by the pool's controller each pass).
+    pub fn set_idle_target(&self, slots: u32) {
+        self.idle_target
+            .store(slots, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn idle_target(&self) -> u32 {
+        self.idle_target.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Woken whenever waiters or ready jobs change.

@@ -170,7 +170,15 @@ impl Intake {
     /// How many job requests should be in flight now.
     fn want(&self) -> usize {
         let limit = self.pool.config.request_concurrency as usize;
-        let wanted = match self.pool.config.intake() {
+        // A preemptive pool whose period keeps no idle slot would never have a sidecar waiting,
+        // so it takes jobs on demand meanwhile: a period change never stops intake.
+        let mode = match self.pool.config.intake() {
+            config::Intake::Preemptive if self.pool.queue.idle_target() == 0 => {
+                config::Intake::OnDemand
+            }
+            mode => mode,
+        };
+        let wanted = match mode {
             config::Intake::Preemptive => self.pool.queue.demand(),
             config::Intake::OnDemand => {
                 // As many jobs as the pool could run at once; machines are made for them.
@@ -183,6 +191,12 @@ impl Intake {
     }
 
     async fn one_request(&self) -> Round {
+        if !self.jobs.store_writable() {
+            return Round::Failed {
+                retry_after: None,
+                reason: "the store cannot write; no job is taken from GitLab until it can".into(),
+            };
+        }
         let mut info = self
             .sidecars
             .pool_info(self.pool.name())
@@ -247,6 +261,12 @@ impl Intake {
                 }
                 Round::Job(id)
             }
+            Ok(Accepted::Unstored(id)) => Round::Failed {
+                retry_after: None,
+                reason: format!(
+                    "job {id} could not be stored; it goes back to GitLab as a failure"
+                ),
+            },
             Ok(Accepted::Again(id)) => {
                 tracing::warn!(job.id = %id, "GitLab answered with a job we already hold; ignored");
                 Round::Job(id)

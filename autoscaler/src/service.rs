@@ -335,6 +335,7 @@ fn machine_controllers(
             pool.queue.clone(),
             ControllerSettings {
                 scaling: pool.config.scaling.clone(),
+                policies: pool.config.policies.clone(),
                 reconcile_interval: p.reconcile_interval,
                 ready_timeout: sidecar.ready_timeout,
                 silence_timeout: sidecar.silence_timeout,

@@ -5,6 +5,7 @@
 //! problem is reported at once with its key path.
 
 mod env;
+mod policy;
 mod pool;
 mod reader;
 mod values;

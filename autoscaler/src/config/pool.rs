@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::reader::Section;
 use super::{read_secret, resolve, values};
 use crate::core::reconcile::OrphanPolicy;
+use crate::core::schedule::PolicyEntry;
 use crate::provisioner::Timeouts;
 use crate::secret::Secret;
 
@@ -28,6 +29,9 @@ pub struct PoolConfig {
     /// themselves.
     pub provisioner: Option<ProvisionerConfig>,
     pub scaling: ScalingConfig,
+    /// `[[pools.policy]]`: idle settings for cron periods; the last matching entry wins over
+    /// the `[pools.scaling]` ones.
+    pub policies: Vec<PolicyEntry>,
     pub sidecar: Option<SidecarConfig>,
 }
 
@@ -78,6 +82,12 @@ pub struct ScalingConfig {
     pub idle_time: Duration,
     /// Jobs a machine runs before it is replaced; 0 is unlimited.
     pub max_use_count: u32,
+    /// How old a machine may grow before it is drained and replaced; `None` is unlimited.
+    pub max_age: Option<Duration>,
+    /// Extra idle slots as a multiple of the slots in use (taskscaler's `scale_factor`).
+    pub scale_factor: f64,
+    /// Most idle slots `scale_factor` may ask for; 0 is no limit.
+    pub scale_factor_limit: u32,
     pub intake: Intake,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
@@ -94,6 +104,9 @@ impl Default for ScalingConfig {
             idle_count: 0,
             idle_time: Duration::from_secs(600),
             max_use_count: 0,
+            max_age: None,
+            scale_factor: 0.0,
+            scale_factor_limit: 0,
             intake: Intake::OnDemand,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
@@ -153,6 +166,10 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         .table("provisioner")
         .map(|t| read_provisioner(t, base_dir));
     let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
+    let policies = super::policy::read_policies(s.tables("policy"));
+    if !policies.is_empty() && provisioner.is_none() {
+        s.problem("policy", "only applies to pools with a provisioner");
+    }
     let sidecar = s.table("sidecar").map(|t| read_sidecar(t, base_dir));
     match (&provisioner, &sidecar) {
         (Some(_), None) => s.problem(
@@ -179,6 +196,7 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         assign_ack_timeout,
         provisioner: provisioner.flatten(),
         scaling,
+        policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
         sidecar: sidecar.flatten(),
     })
 }
@@ -271,12 +289,16 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
             "preemptive intake needs idle_count > 0, or no job would ever be asked for",
         );
     }
+    let (scale_factor, scale_factor_limit) = super::policy::read_scale_factor(&s, idle_count);
     let scaling = ScalingConfig {
         max_machines,
         capacity_per_machine,
         idle_count,
         idle_time: duration_or(&s, "idle_time", d.idle_time),
         max_use_count: s.or("max_use_count", d.max_use_count),
+        max_age: s.parsed("max_age", values::duration),
+        scale_factor,
+        scale_factor_limit,
         intake,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),

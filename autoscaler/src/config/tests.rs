@@ -200,3 +200,64 @@ fn the_shipped_example_configuration_is_valid() {
     let c = Config::load(&write(&dir, &text), no_env()).unwrap();
     assert_eq!(c.pools[0].name, "linux");
 }
+
+/// A pool with a provisioner (the local one) and the given extra TOML.
+fn pool_with_policies(extra: &str) -> String {
+    let provisioner = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../provisioners/local/provisioner"
+    );
+    format!(
+        "{MINIMAL}[pools.provisioner]\ncommand = \"{provisioner}\"\n[pools.sidecar]\nmode = \"builtin\"\nbinary = \"{provisioner}\"\n{extra}"
+    )
+}
+
+#[test]
+fn policies_load_with_periods_in_their_time_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_policies(
+        r#"
+[pools.scaling]
+idle_count = 1
+max_age = "12h"
+[[pools.policy]]
+periods = ["* 7-19 * * mon-fri"]
+timezone = "Europe/Berlin"
+idle_count = 6
+idle_time = "20m"
+scale_factor = 0.5
+scale_factor_limit = 10
+"#,
+    );
+    let c = Config::load(&write(&dir, &text), no_env()).unwrap();
+    let pool = &c.pools[0];
+    assert_eq!(pool.scaling.max_age, Some(Duration::from_secs(12 * 3600)));
+    assert_eq!(pool.policies.len(), 1);
+    let entry = &pool.policies[0];
+    assert_eq!(entry.timezone.name(), "Europe/Berlin");
+    assert_eq!((entry.idle_count, entry.idle_time), (6, 1_200_000));
+    assert_eq!(entry.scale_factor_limit, 10);
+}
+
+#[test]
+fn bad_policies_are_reported_with_their_key_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_policies(
+        r#"
+[[pools.policy]]
+periods = ["* 7-19 * * mon-fri", "* 25 * * *"]
+timezone = "Mars/Olympus_Mons"
+idle_count = 5
+scale_factor_limit = 2
+"#,
+    );
+    let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "pools[0].policy[0].periods[1]: \"* 25 * * *\" is not a cron expression",
+        "pools[0].policy[0].timezone: \"Mars/Olympus_Mons\" is not a time zone",
+        "pools[0].policy[0].scale_factor_limit: is 2, below idle_count 5",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+}

@@ -9,6 +9,7 @@ pub mod machine;
 pub mod payload;
 pub mod reconcile;
 pub mod scaler;
+pub mod schedule;
 pub mod throttle;
 
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,15 @@
-//! How many machines a pool needs, decided: keep enough free job slots for the jobs that wait
-//! and `idle_count` more, up to `max_machines`; remove machines idle past `idle_time` that are
-//! not needed for that; retire machines that ran `max_use_count` jobs. A machine running a job
-//! is never chosen for removal.
+//! How many machines a pool needs, decided, with a reason code for every decision.
+//!
+//! Keep enough free job slots for the jobs that wait plus the idle target, up to
+//! `max_machines`. The idle target is taskscaler's: `idle_count` free slots, raised to
+//! `scale_factor` times the slots in use when that is more, but never above
+//! `scale_factor_limit`. Remove machines idle past `idle_time` that the target does not need;
+//! retire machines that ran `max_use_count` jobs or are older than `max_age` (drained first when
+//! busy, so that their jobs finish; their slots no longer count, so replacements are made).
+//! A machine running a job is never destroyed, and nothing is created while the pool's
+//! provisioner is paused.
+
+use serde::Serialize;
 
 use super::Millis;
 use super::machine::MachineState;
@@ -16,9 +24,12 @@ pub struct MachineView {
     pub use_count: u32,
     /// Since when it has had no job (or since it became ready).
     pub idle_since: Millis,
+    /// When it was requested.
+    pub created_at: Millis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The scaling settings in force (the pool's, or a `[[pools.policy]]` entry's idle settings).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScalePolicy {
     pub max_machines: u32,
     pub capacity_per_machine: u32,
@@ -26,17 +37,67 @@ pub struct ScalePolicy {
     pub idle_time: Millis,
     /// 0 is unlimited.
     pub max_use_count: u32,
+    /// 0 is unlimited.
+    pub max_age: Millis,
+    pub scale_factor: f64,
+    /// 0 is no limit.
+    pub scale_factor_limit: u32,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Why a machine is made or retired. Shown in logs and the admin view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Jobs wait and the free slots do not cover them.
+    WaitingJobs,
+    /// The idle target (`idle_count`, `scale_factor`) asks for more free slots.
+    IdleTarget,
+    /// Idle longer than `idle_time` and not needed for the idle target.
+    IdleTimeout,
+    /// Ran `max_use_count` jobs.
+    MaxUse,
+    /// Older than `max_age`.
+    MaxAge,
+    /// Drained and now idle.
+    Drained,
+    /// Nothing to do.
+    Steady,
+    /// Machines are wanted but the provisioner is paused (its circuit breaker is open).
+    ProvisionerPaused,
+}
+
+/// A machine to drain or destroy, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retire {
+    pub id: String,
+    pub reason: Reason,
+    /// The figures behind the reason, for the log.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScalePlan {
     pub create: u32,
+    /// Why `create` is what it is.
+    pub reason: Reason,
     /// Stop giving these jobs; destroy them once their jobs end.
-    pub drain: Vec<(String, String)>,
+    pub drain: Vec<Retire>,
     /// Destroy these now (they run nothing).
-    pub destroy: Vec<(String, String)>,
-    /// Why `create` is what it is, for logs and the admin view.
-    pub reason: String,
+    pub destroy: Vec<Retire>,
+    /// The figures behind the decision, for logs and the admin view.
+    pub summary: String,
+}
+
+/// What the planner looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanInput<'a> {
+    pub machines: &'a [MachineView],
+    /// Jobs the pool holds that no machine has taken yet.
+    pub waiting_jobs: u32,
+    pub policy: &'a ScalePolicy,
+    /// The provisioner's circuit breaker is open: no creation can succeed now.
+    pub provisioner_paused: bool,
+    pub now: Millis,
 }
 
 impl ScalePolicy {
@@ -50,227 +111,178 @@ impl ScalePolicy {
         }
     }
 
-    fn used_up(&self, m: &MachineView) -> bool {
-        self.max_use_count > 0 && m.use_count >= self.max_use_count
+    /// Jobs a new machine will take.
+    fn slots_per_new_machine(&self) -> u32 {
+        let per = if self.max_use_count == 0 {
+            self.capacity_per_machine
+        } else {
+            self.capacity_per_machine.min(self.max_use_count)
+        };
+        per.max(1)
+    }
+
+    /// Why `m` should leave service, if it should.
+    fn retirement(&self, m: &MachineView, now: Millis) -> Option<(Reason, String)> {
+        if self.max_use_count > 0 && m.use_count >= self.max_use_count {
+            let detail = format!(
+                "ran {} jobs (max_use_count {})",
+                m.use_count, self.max_use_count
+            );
+            return Some((Reason::MaxUse, detail));
+        }
+        let age = now.saturating_sub(m.created_at);
+        if self.max_age > 0 && age >= self.max_age {
+            let detail = format!("{} s old (max_age {} s)", age / 1000, self.max_age / 1000);
+            return Some((Reason::MaxAge, detail));
+        }
+        None
+    }
+
+    /// Free slots to keep beyond the waiting jobs, given the slots in use.
+    pub fn idle_target(&self, in_use: u32) -> u32 {
+        if self.scale_factor <= 0.0 {
+            return self.idle_count;
+        }
+        let scaled = (self.scale_factor * f64::from(in_use)).ceil();
+        let limit = if self.scale_factor_limit == 0 {
+            f64::from(u32::MAX)
+        } else {
+            f64::from(self.scale_factor_limit)
+        };
+        // Bounded to [0, u32::MAX] before the conversion.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let scaled = scaled.min(limit).max(0.0) as u32;
+        scaled.max(self.idle_count)
     }
 }
 
-/// `waiting_jobs`: jobs the pool holds that no machine has taken yet.
-pub fn plan(
-    machines: &[MachineView],
-    waiting_jobs: u32,
-    now: Millis,
-    p: &ScalePolicy,
-) -> ScalePlan {
-    let mut plan = ScalePlan::default();
+/// The pool's next moves.
+pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
+    let PlanInput {
+        machines,
+        waiting_jobs,
+        policy: p,
+        provisioner_paused,
+        now,
+    } = *input;
+    let (drain, destroy) = retirements(machines, p, now);
+    let retiring = |id: &str| destroy.iter().chain(&drain).any(|r| r.id == id);
     let counted = machines
         .iter()
         .filter(|m| m.state.counts_toward_max())
         .count() as u32;
     let serving: Vec<&MachineView> = machines
         .iter()
-        .filter(|m| m.state.is_starting() || m.state.takes_jobs())
+        .filter(|m| (m.state.is_starting() || m.state.takes_jobs()) && !retiring(&m.id))
         .collect();
-
-    // Machines that are done: used up, or drained.
-    for m in machines {
-        let idle = m.running_jobs == 0;
-        if m.state.takes_jobs() && p.used_up(m) {
-            let reason = format!(
-                "ran {} jobs (max_use_count {})",
-                m.use_count, p.max_use_count
-            );
-            if idle {
-                plan.destroy.push((m.id.clone(), reason));
-            } else {
-                plan.drain.push((m.id.clone(), reason));
-            }
-        } else if m.state == MachineState::Draining && idle {
-            plan.destroy.push((m.id.clone(), "drained".into()));
-        }
-    }
-    let retiring = |id: &str| plan.destroy.iter().chain(&plan.drain).any(|(d, _)| d == id);
-    let mut free: u32 = serving
+    let free: u32 = serving
         .iter()
-        .filter(|m| !retiring(&m.id))
         .map(|m| {
             if m.state.is_starting() {
-                p.capacity_per_machine.min(if p.max_use_count == 0 {
-                    u32::MAX
-                } else {
-                    p.max_use_count
-                })
+                p.slots_per_new_machine()
             } else {
                 p.free_slots(m)
             }
         })
         .sum();
-    let wanted_free = waiting_jobs + p.idle_count;
-
+    let in_use: u32 = machines.iter().map(|m| m.running_jobs).sum::<u32>() + waiting_jobs;
+    let idle_target = p.idle_target(in_use);
+    let wanted_free = waiting_jobs + idle_target;
+    let mut plan = ScalePlan {
+        create: 0,
+        reason: Reason::Steady,
+        drain,
+        destroy,
+        summary: format!(
+            "{waiting_jobs} jobs waiting, {in_use} slots in use, idle target {idle_target}, {free} free slots"
+        ),
+    };
     if free < wanted_free {
-        let missing = wanted_free - free;
-        let per_machine = if p.max_use_count == 0 {
-            p.capacity_per_machine
-        } else {
-            p.capacity_per_machine.min(p.max_use_count)
-        };
-        let machines_needed = missing.div_ceil(per_machine.max(1));
+        let machines_needed = (wanted_free - free).div_ceil(p.slots_per_new_machine());
         let room = p.max_machines.saturating_sub(counted);
-        plan.create = machines_needed.min(room);
-        plan.reason = format!(
-            "{waiting_jobs} jobs waiting + {} idle slots wanted, {free} free slots: {machines_needed} machines needed, room for {room}",
-            p.idle_count
-        );
+        plan.reason = if free < waiting_jobs {
+            Reason::WaitingJobs
+        } else {
+            Reason::IdleTarget
+        };
+        if provisioner_paused {
+            plan.reason = Reason::ProvisionerPaused;
+        } else {
+            plan.create = machines_needed.min(room);
+        }
+        plan.summary.push_str(&format!(
+            ": {machines_needed} machines needed, room for {room}"
+        ));
         return plan;
     }
+    reclaim_idle(&mut plan, &serving, p, now, free - wanted_free);
+    plan
+}
 
-    // Idle reclaim: the longest-idle first, while the rest still covers what is wanted.
+/// Machines used up or too old: destroyed when idle (or drained and idle), drained when busy.
+fn retirements(
+    machines: &[MachineView],
+    p: &ScalePolicy,
+    now: Millis,
+) -> (Vec<Retire>, Vec<Retire>) {
+    let (mut drain, mut destroy) = (Vec::new(), Vec::new());
+    for m in machines {
+        let idle = m.running_jobs == 0;
+        if m.state.takes_jobs()
+            && let Some((reason, detail)) = p.retirement(m, now)
+        {
+            let retire = Retire {
+                id: m.id.clone(),
+                reason,
+                detail,
+            };
+            if idle {
+                destroy.push(retire);
+            } else {
+                drain.push(retire);
+            }
+        } else if m.state == MachineState::Draining && idle {
+            destroy.push(Retire {
+                id: m.id.clone(),
+                reason: Reason::Drained,
+                detail: "drained".into(),
+            });
+        }
+    }
+    (drain, destroy)
+}
+
+/// Idle reclaim: the longest-idle first, while the rest still covers what is wanted.
+fn reclaim_idle(
+    plan: &mut ScalePlan,
+    serving: &[&MachineView],
+    p: &ScalePolicy,
+    now: Millis,
+    mut spare: u32,
+) {
     let mut idle: Vec<&&MachineView> = serving
         .iter()
-        .filter(|m| m.state == MachineState::Ready && m.running_jobs == 0 && !retiring(&m.id))
+        .filter(|m| m.state == MachineState::Ready && m.running_jobs == 0)
         .filter(|m| now.saturating_sub(m.idle_since) >= p.idle_time)
         .collect();
     idle.sort_by_key(|m| m.idle_since);
     for m in idle {
         let slots = p.free_slots(m);
-        if free - slots < wanted_free {
+        if slots > spare {
             break;
         }
-        free -= slots;
-        plan.destroy.push((
-            m.id.clone(),
-            format!(
+        spare -= slots;
+        plan.destroy.push(Retire {
+            id: m.id.clone(),
+            reason: Reason::IdleTimeout,
+            detail: format!(
                 "idle for {} s (idle_time {} s)",
                 now.saturating_sub(m.idle_since) / 1000,
                 p.idle_time / 1000
             ),
-        ));
+        });
     }
-    plan.reason = format!(
-        "{free} free slots cover {waiting_jobs} waiting jobs + {} idle slots",
-        p.idle_count
-    );
-    plan
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use MachineState as S;
-
-    const P: ScalePolicy = ScalePolicy {
-        max_machines: 5,
-        capacity_per_machine: 2,
-        idle_count: 0,
-        idle_time: 60_000,
-        max_use_count: 0,
-    };
-
-    fn m(
-        id: &str,
-        state: MachineState,
-        running: u32,
-        uses: u32,
-        idle_since: Millis,
-    ) -> MachineView {
-        MachineView {
-            id: id.into(),
-            state,
-            running_jobs: running,
-            use_count: uses,
-            idle_since,
-        }
-    }
-
-    #[test]
-    fn waiting_jobs_get_machines_up_to_the_maximum() {
-        assert_eq!(plan(&[], 3, 0, &P).create, 2);
-        assert_eq!(plan(&[], 30, 0, &P).create, 5);
-        let busy = [m("a", S::Busy, 2, 2, 0), m("b", S::Creating, 0, 0, 0)];
-        // b will bring 2 slots: 3 waiting need one more machine.
-        assert_eq!(plan(&busy, 3, 0, &P).create, 1);
-        let full: Vec<_> = (0..5)
-            .map(|i| m(&i.to_string(), S::Busy, 2, 2, 0))
-            .collect();
-        assert_eq!(plan(&full, 10, 0, &P).create, 0);
-    }
-
-    #[test]
-    fn idle_count_is_kept_in_slots() {
-        let p = ScalePolicy { idle_count: 3, ..P };
-        assert_eq!(plan(&[], 0, 0, &p).create, 2);
-        let ready = [m("a", S::Ready, 0, 0, 0), m("b", S::Ready, 1, 1, 0)];
-        assert_eq!(plan(&ready, 0, 0, &p).create, 0);
-        // An idle machine that is needed for idle_count is kept however long it idles.
-        assert!(plan(&ready, 0, 1_000_000, &p).destroy.is_empty());
-    }
-
-    #[test]
-    fn idle_machines_go_after_idle_time_and_busy_ones_never() {
-        let ms = [
-            m("a", S::Ready, 0, 1, 0),
-            m("b", S::Ready, 0, 1, 50_000),
-            m("c", S::Busy, 1, 1, 0),
-        ];
-        assert!(plan(&ms, 0, 59_999, &P).destroy.is_empty());
-        let at_60 = plan(&ms, 0, 60_000, &P);
-        assert_eq!(
-            at_60
-                .destroy
-                .iter()
-                .map(|(id, _)| id.as_str())
-                .collect::<Vec<_>>(),
-            ["a"]
-        );
-        let later = plan(&ms, 0, 200_000, &P);
-        assert_eq!(
-            later
-                .destroy
-                .iter()
-                .map(|(id, _)| id.as_str())
-                .collect::<Vec<_>>(),
-            ["a", "b"]
-        );
-        // c's free slot takes one waiting job; a second keeps one idle machine.
-        assert_eq!(plan(&ms, 1, 200_000, &P).destroy.len(), 2);
-        assert_eq!(plan(&ms, 2, 200_000, &P).destroy.len(), 1);
-    }
-
-    #[test]
-    fn used_up_machines_are_retired_when_idle_and_drained_when_busy() {
-        let p = ScalePolicy {
-            max_use_count: 2,
-            ..P
-        };
-        let ms = [
-            m("a", S::Ready, 0, 2, 0),
-            m("b", S::Busy, 1, 2, 0),
-            m("c", S::Draining, 0, 2, 0),
-        ];
-        let plan = plan(&ms, 0, 0, &p);
-        let ids =
-            |v: &Vec<(String, String)>| v.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
-        assert_eq!(ids(&plan.destroy), ["a", "c"]);
-        assert_eq!(ids(&plan.drain), ["b"]);
-    }
-
-    #[test]
-    fn used_up_machines_do_not_count_as_capacity() {
-        let p = ScalePolicy {
-            max_use_count: 1,
-            capacity_per_machine: 3,
-            ..P
-        };
-        let ms = [m("a", S::Ready, 0, 1, 0)];
-        // 2 waiting jobs, max one job per machine: two new machines.
-        assert_eq!(plan(&ms, 2, 0, &p).create, 2);
-    }
-
-    #[test]
-    fn machines_being_destroyed_count_toward_the_maximum() {
-        let ms: Vec<_> = (0..5)
-            .map(|i| m(&i.to_string(), S::Destroying, 0, 0, 0))
-            .collect();
-        assert_eq!(plan(&ms, 4, 0, &P).create, 0);
-    }
-}
+mod tests;

@@ -39,6 +39,9 @@ pub enum Denied {
 pub enum Accepted {
     /// A new job, queued.
     New(JobId),
+    /// The job could not be stored (a full or failing disk): it is not run, and GitLab gets it
+    /// back as a failure it can retry (see [`Jobs::accept`]).
+    Unstored(JobId),
     /// GitLab handed us a job we already hold. GitLab never hands a job out twice
     /// (runner-protocol.md §3.5); this is a replayed answer, and nothing changed.
     Again(JobId),
@@ -59,6 +62,8 @@ pub struct Jobs {
     held: Mutex<HashMap<JobId, Held>>,
     /// Bumped on every change of any job's phase, for whoever waits on job progress.
     changed: tokio::sync::watch::Sender<u64>,
+    /// A job could not be stored; no more are taken until a write works again.
+    store_failing: std::sync::atomic::AtomicBool,
 }
 
 impl Jobs {
@@ -82,6 +87,7 @@ impl Jobs {
             clock,
             held: Mutex::new(held),
             changed: tokio::sync::watch::Sender::new(0),
+            store_failing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -109,7 +115,7 @@ impl Jobs {
         if self.lock().contains_key(&facts.id) {
             return Ok(Accepted::Again(facts.id));
         }
-        let record = JobRecord {
+        let mut record = JobRecord {
             id: facts.id,
             pool: pool.to_string(),
             token: Secret::new(facts.token),
@@ -135,11 +141,22 @@ impl Jobs {
             .store
             .put_payload(record.id, payload)
             .and_then(|()| self.store.put_job(&record));
+        let unstored = stored.is_err();
         if let Err(e) = stored {
-            // GitLab already considers the job ours; refusing it now would strand it there until
-            // GitLab's own stuck-job timeout. Running it without crash protection is the lesser harm.
+            self.store_failing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            // A job the store does not hold must not run: a crash would lose it. GitLab already
+            // counts it ours, so it is given back as a failure GitLab can retry: where GitLab
+            // waits for our acknowledgement it refuses the failure and, no keep-alive coming,
+            // fails it as runner_provisioning_timeout; else it records runner_system_failure.
             tracing::error!(job.id = %record.id, pool, error = %e,
-                "job could not be stored; handing it out anyway (it would not survive a crash)");
+                "the store cannot write: the job is not run and goes back to GitLab as a failure");
+            record.phase = JobPhase::Failing {
+                reason: format!(
+                    "the autoscaler could not store the job ({e}), so it did not run it"
+                ),
+                since: record.accepted_at,
+            };
         }
         let id = record.id;
         self.lock().insert(
@@ -150,7 +167,26 @@ impl Jobs {
             },
         );
         self.bump();
-        Ok(Accepted::New(id))
+        Ok(if unstored {
+            Accepted::Unstored(id)
+        } else {
+            Accepted::New(id)
+        })
+    }
+
+    /// Whether the store takes writes: `true` unless a job could not be stored, then only once
+    /// a probe write works again (so no job is taken from GitLab to be failed meanwhile).
+    pub fn store_writable(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if !self.store_failing.load(Ordering::SeqCst) {
+            return true;
+        }
+        let works = self.store.put_meta("probe/writable", b"1").is_ok();
+        if works {
+            self.store_failing.store(false, Ordering::SeqCst);
+            tracing::info!("the store takes writes again; taking jobs again");
+        }
+        works
     }
 
     /// Resolves once everything written so far (acceptances, hand-outs) is on disk. Concurrent

@@ -142,3 +142,25 @@ async fn unacknowledged_hand_outs_and_finished_jobs_are_found() {
     assert_eq!(store.job(JobId(6)).unwrap(), None);
     assert_eq!(jobs.unfinished(), 1);
 }
+
+#[tokio::test]
+async fn a_job_the_store_cannot_write_is_not_run_but_given_back_as_a_failure() {
+    let (jobs, store, _clock) = table();
+    store.fail_writes(true);
+    let accepted = jobs.accept("default", &payload(7, &[])).unwrap();
+    assert_eq!(accepted, Accepted::Unstored(JobId(7)));
+    assert!(
+        matches!(jobs.phase(JobId(7)), Some(JobPhase::Failing { reason, .. }) if reason.contains("could not store")),
+        "owed to GitLab as a failure, never queued for a sidecar"
+    );
+    assert!(jobs.waiting_in_pool("default").is_empty());
+    assert!(
+        !jobs.store_writable(),
+        "no job is taken while the disk is full"
+    );
+    store.fail_writes(false);
+    assert!(
+        jobs.store_writable(),
+        "a probe write finds the disk usable again"
+    );
+}

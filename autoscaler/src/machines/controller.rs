@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::PoolMachines;
+use super::policy::reason_code;
 use crate::config::ScalingConfig;
+use crate::core::breaker::BreakerState;
 use crate::core::machine::{MachineEvent, MachineState};
-use crate::core::scaler::{self, MachineView, ScalePolicy};
+use crate::core::scaler::{self, MachineView, PlanInput};
+use crate::core::schedule::PolicyEntry;
 use crate::core::{JobId, SidecarId};
 use crate::dispatch::{PoolQueue, SlotGate};
 use crate::inject::Injector;
@@ -35,7 +38,10 @@ pub struct PoolController {
     pub(super) sidecars: Arc<Sidecars>,
     pub(super) jobs: Arc<Jobs>,
     pub(super) queue: Arc<PoolQueue>,
-    scaling: ScalingConfig,
+    pub(super) scaling: ScalingConfig,
+    pub(super) policies: Vec<PolicyEntry>,
+    /// The `[[pools.policy]]` entry in force at the last pass (`Some(None)`: the pool's own).
+    pub(super) period: Mutex<Option<Option<usize>>>,
     reconcile_interval: Duration,
     ready_timeout: Duration,
     pub(super) silence_timeout: Duration,
@@ -51,12 +57,13 @@ pub struct PoolController {
 #[derive(Debug)]
 pub struct ControllerSettings {
     pub scaling: ScalingConfig,
+    pub policies: Vec<PolicyEntry>,
     pub reconcile_interval: Duration,
     pub ready_timeout: Duration,
     pub silence_timeout: Duration,
 }
 
-fn ms(d: Duration) -> u64 {
+pub(super) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -76,6 +83,8 @@ impl PoolController {
             jobs,
             queue,
             scaling: settings.scaling,
+            policies: settings.policies,
+            period: Mutex::new(None),
             reconcile_interval: settings.reconcile_interval,
             ready_timeout: settings.ready_timeout,
             silence_timeout: settings.silence_timeout,
@@ -85,7 +94,7 @@ impl PoolController {
         })
     }
 
-    fn pool(&self) -> &str {
+    pub(super) fn pool(&self) -> &str {
         self.machines.pool()
     }
 
@@ -181,6 +190,7 @@ impl PoolController {
 
     /// The scaler's decision, executed.
     async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
+        let now = self.machines.now();
         let live = self.machines.live();
         let views: Vec<MachineView> = live
             .iter()
@@ -190,34 +200,38 @@ impl PoolController {
                 running_jobs: running(m),
                 use_count: m.use_count,
                 idle_since: m.since,
+                created_at: m.created_at,
             })
             .collect();
         let waiting =
             u32::try_from(self.jobs.waiting_in_pool(self.pool()).len()).unwrap_or(u32::MAX);
-        let policy = ScalePolicy {
-            max_machines: self.scaling.max_machines,
-            capacity_per_machine: self.scaling.capacity_per_machine,
-            idle_count: self.scaling.idle_count,
-            idle_time: ms(self.scaling.idle_time),
-            max_use_count: self.scaling.max_use_count,
-        };
-        let plan = scaler::plan(&views, waiting, self.machines.now(), &policy);
-        for (id, reason) in &plan.drain {
-            if let Err(e) = self.machines.apply(id, MachineEvent::Drain, reason) {
-                tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot drain the machine");
+        let policy = self.policy_in_force(now);
+        let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
+        let plan = scaler::plan(&PlanInput {
+            machines: &views,
+            waiting_jobs: waiting,
+            policy: &policy,
+            provisioner_paused: paused,
+            now,
+        });
+        for r in &plan.drain {
+            let why = format!("{}: {}", reason_code(r.reason), r.detail);
+            if let Err(e) = self.machines.apply(&r.id, MachineEvent::Drain, &why) {
+                tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot drain the machine");
             }
         }
-        for (id, reason) in &plan.destroy {
-            if let Some(m) = self.machines.get(id) {
-                if let Err(e) = self.machines.apply(id, MachineEvent::Destroy, reason) {
-                    tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot retire the machine");
+        for r in &plan.destroy {
+            if let Some(m) = self.machines.get(&r.id) {
+                let why = format!("{}: {}", reason_code(r.reason), r.detail);
+                if let Err(e) = self.machines.apply(&r.id, MachineEvent::Destroy, &why) {
+                    tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot retire the machine");
                     continue;
                 }
                 self.clone().start_teardown(&m);
             }
         }
         if plan.create > 0 {
-            tracing::info!(pool = %self.pool(), create = plan.create, reason = %plan.reason, "scaling up");
+            tracing::info!(pool = %self.pool(), create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
             match self.machines.create(plan.create).await {
                 Ok(n) if n < plan.create => {
                     tracing::debug!(pool = %self.pool(), asked = plan.create, created = n, "creation throttled or paused");

@@ -4,6 +4,7 @@
 mod controller;
 mod health;
 mod lifecycle;
+mod policy;
 
 pub use controller::{ControllerSettings, PoolController};
 

@@ -150,6 +150,7 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
             running_jobs: 0,
             use_count: 0,
             idle_since: 0,
+            created_at: m.created_at,
         })
         .collect();
     let policy = ScalePolicy {
@@ -158,8 +159,17 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         idle_count: 0,
         idle_time: 600_000,
         max_use_count: 0,
+        max_age: 0,
+        scale_factor: 0.0,
+        scale_factor_limit: 0,
     };
-    let plan = scaler::plan(&views, 1, r.clock.now(), &policy);
+    let plan = scaler::plan(&scaler::PlanInput {
+        machines: &views,
+        waiting_jobs: 1,
+        policy: &policy,
+        provisioner_paused: false,
+        now: r.clock.now(),
+    });
     assert_eq!(plan.create, 1);
     assert_eq!(r.machines.create(plan.create).await.unwrap(), 1);
     assert_eq!(r.machines.live().len(), 1);

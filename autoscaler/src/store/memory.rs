@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 
@@ -13,6 +13,8 @@ use crate::core::{JobId, SidecarId};
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     ids: AtomicU64,
+    /// Set by a test: every write fails, as on a full or failing disk.
+    failing: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -29,6 +31,18 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// Makes every write fail (`true`) or work again, as a disk that fills up and is freed.
+    pub fn fail_writes(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("No space left on device (simulated)".into()));
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding this lock leaves maps that are still consistent (each operation
         // is a single insert or remove), so a poisoned lock is safe to keep using.
@@ -40,6 +54,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
+        self.writable()?;
         self.lock().jobs.insert(job.id, job.clone());
         Ok(())
     }
@@ -60,6 +75,7 @@ impl Store for MemoryStore {
     }
 
     fn put_payload(&self, id: JobId, payload: &[u8]) -> Result<(), StoreError> {
+        self.writable()?;
         self.lock()
             .payloads
             .insert(id, bytes::Bytes::copy_from_slice(payload));
@@ -101,6 +117,7 @@ impl Store for MemoryStore {
     }
 
     fn put_meta(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.writable()?;
         self.lock().meta.insert(key.to_string(), value.to_vec());
         Ok(())
     }

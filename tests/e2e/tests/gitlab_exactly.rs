@@ -17,6 +17,39 @@ use tempfile::TempDir;
 
 const WITHIN: Duration = Duration::from_secs(120);
 
+/// How the fake GitLab hands out jobs.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Running from hand-out: GitLab's default (two-phase commit off).
+    Legacy,
+    /// Pending until acknowledged (the feature flag on).
+    TwoPhase,
+}
+
+impl Mode {
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Mode::Legacy => &[],
+            Mode::TwoPhase => &["--two-phase-commit"],
+        }
+    }
+}
+
+/// One test body for both modes.
+macro_rules! both_modes {
+    ($body:ident: $legacy:ident, $two_phase:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $legacy() -> Result<()> {
+            $body(Mode::Legacy).await
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $two_phase() -> Result<()> {
+            $body(Mode::TwoPhase).await
+        }
+    };
+}
+
 struct Rig {
     gitlab: FakeGitLab,
     autoscaler: Autoscaler,
@@ -88,6 +121,36 @@ impl Rig {
 
     fn job(&self, script: &[&str]) -> JobSpec {
         JobSpec::new(&self.pool.upstream_token, script)
+    }
+
+    /// Waits until GitLab has handed the job out (running, or pending for acknowledgement).
+    async fn wait_taken(&self, id: u64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        loop {
+            let view = self.gitlab.control.job(id).await?;
+            if view.status != JobStatus::Pending {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("job {id} was never handed out: {view:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the job's runner has sent its first trace (it is running on a machine).
+    async fn wait_started(&self, id: u64) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        loop {
+            let view = self.gitlab.control.job(id).await?;
+            if view.trace_bytes > 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("job {id} never started on a machine: {view:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn trace(&self, id: u64) -> Result<String> {
@@ -206,13 +269,12 @@ async fn a_job_released_for_lack_of_a_machine_is_failed_by_gitlab_and_its_retry_
     Ok(())
 }
 
-/// GitLab as self-managed installs run it (no two-phase commit): a job canceled while it waits
-/// for capacity (the creation throttle holds its machine back) is dropped within a keep-alive,
-/// never runs, and no machine is made for it when the throttle opens.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_canceled_while_waiting_for_capacity_gets_no_machine() -> Result<()> {
+/// A job canceled while it waits for capacity (the creation throttle holds its machine back) is
+/// dropped within a keep-alive, never runs, and no machine is made for it when the throttle
+/// opens.
+async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     let r = rig(
-        &[],
+        mode.args(),
         "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"",
         "create_rate = 0.1\ncreate_burst = 1",
         &[],
@@ -220,15 +282,16 @@ async fn a_job_canceled_while_waiting_for_capacity_gets_no_machine() -> Result<(
     .await?;
     let busy = r.enqueue(r.job(&["sleep 8", "echo busy"])).await?;
     let waiting = r.enqueue(r.job(&["echo must not run"])).await?;
-    // Taken by the autoscaler (running at GitLab from hand-out), waiting for a second machine,
-    // and confirmed once already: the cancel must be found by a later keep-alive.
-    r.gitlab.control.wait_running(waiting, WITHIN).await?;
+    // Taken by the autoscaler, waiting for a second machine, and confirmed once already: the
+    // cancel must be found by a later keep-alive.
+    r.wait_taken(waiting).await?;
     r.wait_keepalives(2).await?;
     r.gitlab.control.cancel(waiting).await?;
     // Dropped within a keep-alive or two, while the other job still holds the only machine.
+    // The busy job runs for 8 s after its machine is ready: the only job that can have ended
+    // this soon is the canceled one.
     r.wait_pool("the canceled job dropped", Duration::from_secs(5), |p| {
-        p.jobs.get("queued").copied().unwrap_or(0) == 0
-            && p.jobs.get("failing").copied().unwrap_or(0) == 0
+        p.jobs.get("finished").copied().unwrap_or(0) == 1
     })
     .await?;
     let still = r.gitlab.control.job(busy).await?;
@@ -267,11 +330,16 @@ async fn a_job_canceled_while_waiting_for_capacity_gets_no_machine() -> Result<(
     Ok(())
 }
 
+both_modes!(canceled_while_waiting:
+    a_job_canceled_while_waiting_for_capacity_gets_no_machine,
+    a_held_job_canceled_while_waiting_for_capacity_gets_no_machine);
+
 /// GitLab answers `422 Runner is orphaned`: the pool is paused with GitLab's reason in its
 /// status (and log), as for a `403`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_orphaned_runner_pauses_the_pool_with_the_reason() -> Result<()> {
-    let r = rig(&["--long-poll", "1s"], "max_machines = 1", "", &[]).await?;
+async fn orphaned(mode: Mode) -> Result<()> {
+    let mut args = vec!["--long-poll", "1s"];
+    args.extend_from_slice(mode.args());
+    let r = rig(&args, "max_machines = 1", "", &[]).await?;
     r.gitlab
         .control
         .set_orphaned(&r.pool.upstream_token, Some(422))
@@ -284,8 +352,14 @@ async fn an_orphaned_runner_pauses_the_pool_with_the_reason() -> Result<()> {
     .await
 }
 
+both_modes!(orphaned:
+    an_orphaned_runner_pauses_the_pool_with_the_reason,
+    an_orphaned_runner_pauses_the_pool_with_the_reason_two_phase);
+
 /// Makes every job update and trace patch fail for `window`, so that GitLab counts as failing
-/// and the artifacts uploaded meanwhile are spooled by the autoscaler.
+/// and the artifacts uploaded meanwhile are spooled by the autoscaler. The window opens at the
+/// job's first trace patch; the job goes on printing for 8 s (a runner sends a patch only when
+/// there is output), so patches fail before the upload.
 async fn gitlab_fails_job_calls(r: &Rig, window: Duration) -> Result<()> {
     let rule = FaultRule::new(FaultAction::Status {
         status: 502,
@@ -297,6 +371,9 @@ async fn gitlab_fails_job_calls(r: &Rig, window: Duration) -> Result<()> {
     r.gitlab.control.add_fault(&rule).await?;
     Ok(())
 }
+
+/// Prints a line a second for 8 s.
+const TICKING: &str = "for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 1; done";
 
 fn with_artifact(spec: JobSpec) -> JobSpec {
     JobSpec {
@@ -310,16 +387,17 @@ fn with_artifact(spec: JobSpec) -> JobSpec {
 
 /// An upload spooled while GitLab failed, then refused by GitLab (`413`): the job does not
 /// end `success` without its artifacts; it fails as a runner's would, with the reason in its log.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spooled_artifact_gitlab_refuses_fails_the_job_with_the_reason() -> Result<()> {
-    let r = rig(&["--max-artifact-size", "64"], "max_machines = 1", "", &[]).await?;
+async fn spooled_and_refused(mode: Mode) -> Result<()> {
+    let mut args = vec!["--max-artifact-size", "64"];
+    args.extend_from_slice(mode.args());
+    let r = rig(&args, "max_machines = 1", "", &[]).await?;
     let id = r
         .enqueue(with_artifact(
-            r.job(&["sleep 2", "head -c 4096 /dev/urandom > out.bin"]),
+            r.job(&[TICKING, "head -c 4096 /dev/urandom > out.bin"]),
         ))
         .await?;
-    r.gitlab.control.wait_running(id, WITHIN).await?;
-    gitlab_fails_job_calls(&r, Duration::from_secs(6)).await?;
+    r.wait_started(id).await?;
+    gitlab_fails_job_calls(&r, Duration::from_secs(9)).await?;
     let view = r.gitlab.control.wait_final(id, WITHIN).await?;
     let trace = r.trace(id).await?;
     ensure!(
@@ -335,19 +413,22 @@ async fn a_spooled_artifact_gitlab_refuses_fails_the_job_with_the_reason() -> Re
     Ok(())
 }
 
+both_modes!(spooled_and_refused:
+    a_spooled_artifact_gitlab_refuses_fails_the_job_with_the_reason,
+    a_spooled_artifact_gitlab_refuses_fails_the_job_with_the_reason_two_phase);
+
 /// A spooled upload that GitLab takes slowly: the runner's final update is answered `202`
 /// (come back later) while it runs, never held inside the call, and reaches GitLab only after
 /// the artifacts, once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_final_update_waits_with_202_while_a_slow_spooled_upload_runs() -> Result<()> {
-    let r = rig(&[], "max_machines = 1", "", &[]).await?;
+async fn slow_spooled_upload(mode: Mode) -> Result<()> {
+    let r = rig(mode.args(), "max_machines = 1", "", &[]).await?;
     let id = r
         .enqueue(with_artifact(
-            r.job(&["sleep 2", "head -c 4096 /dev/urandom > out.bin"]),
+            r.job(&[TICKING, "head -c 4096 /dev/urandom > out.bin"]),
         ))
         .await?;
-    r.gitlab.control.wait_running(id, WITHIN).await?;
-    gitlab_fails_job_calls(&r, Duration::from_secs(5)).await?;
+    r.wait_started(id).await?;
+    gitlab_fails_job_calls(&r, Duration::from_secs(9)).await?;
     let slow = FaultRule::new(FaultAction::Delay { ms: 6000 })
         .methods(&["POST"])
         .path_prefix(format!("/api/v4/jobs/{id}/artifacts"))
@@ -362,3 +443,7 @@ async fn a_final_update_waits_with_202_while_a_slow_spooled_upload_runs() -> Res
     );
     Ok(())
 }
+
+both_modes!(slow_spooled_upload:
+    a_final_update_waits_with_202_while_a_slow_spooled_upload_runs,
+    a_final_update_waits_with_202_while_a_slow_spooled_upload_runs_two_phase);
