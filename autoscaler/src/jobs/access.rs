@@ -9,11 +9,15 @@ impl Jobs {
     pub fn authorize(&self, id: JobId, token: &str) -> Result<JobRecord, Denied> {
         let held = self.lock();
         let job = held.get(&id).ok_or(Denied::UnknownJob(id))?;
-        if job.record.token.matches(token) {
-            Ok(job.record.clone())
-        } else {
-            Err(Denied::WrongToken(id))
+        if !job.record.token.matches(token) {
+            return Err(Denied::WrongToken(id));
         }
+        // The autoscaler failed the job (its machine left service): its outcome is ours to
+        // report, whatever a sidecar still says (a stock runner aborts on 403).
+        if matches!(job.record.phase, crate::core::job::JobPhase::Failing { .. }) {
+            return Err(Denied::GivenUp(id));
+        }
+        Ok(job.record.clone())
     }
 
     /// May `token` download the artifacts of job `id`? Yes if `id` is a job we hold and the token

@@ -32,6 +32,8 @@ pub enum Denied {
     UnknownJob(JobId),
     #[error("the job token does not open job {0}")]
     WrongToken(JobId),
+    #[error("job {0} was failed by the autoscaler: its machine left service")]
+    GivenUp(JobId),
 }
 
 /// The outcome of taking a job from GitLab.

@@ -109,8 +109,11 @@ impl PoolController {
         loop {
             if last_reconcile.is_none_or(|t| t.elapsed() >= self.reconcile_interval) {
                 let started = Instant::now();
-                if let Err(e) = self.machines.reconcile().await {
-                    tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed");
+                match self.machines.reconcile().await {
+                    Ok(reclaims) => reclaims.iter().for_each(|r| self.reclaim(r)),
+                    Err(e) => {
+                        tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed")
+                    }
                 }
                 self.machines.record_timing(true, started.elapsed());
                 last_reconcile = Some(Instant::now());
@@ -135,6 +138,21 @@ impl PoolController {
             }
         }
         tracing::debug!(pool = %self.pool(), "pool controller stopped");
+    }
+
+    /// A machine the provider takes back: its jobs first (unstarted ones to other machines,
+    /// running ones failed), then the machine out of service, so that no job's outcome comes
+    /// from a sidecar being killed with its machine.
+    fn reclaim(&self, reclaim: &super::Reclaim) {
+        if let Some(sidecar) = reclaim.machine.sidecar {
+            let mut leaving = reclaim.machine.clone();
+            leaving.reason = Some(format!(
+                "reclaimed by the provider ({})",
+                reclaim.notice.reason
+            ));
+            self.release_jobs(&leaving, sidecar);
+        }
+        self.machines.reclaimed(reclaim);
     }
 
     /// One pass over the pool's machines.

@@ -13,6 +13,13 @@ use crate::core::reconcile::{self, Action, Known, Listed, ProviderState};
 use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
 use crate::store::{Endpoint, HostKey, HostKeySource, MachineRecord};
 
+/// A machine the provider is taking back, and its notice.
+#[derive(Debug, Clone)]
+pub struct Reclaim {
+    pub machine: MachineRecord,
+    pub notice: crate::provisioner::Interruption,
+}
+
 /// Destroy retries: 1 s doubling to 5 min.
 const DESTROY_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
 /// How soon to look again at a machine the provider is still stopping.
@@ -154,8 +161,10 @@ impl PoolMachines {
         }
     }
 
-    /// One reconcile pass: `list` against what we know, and the actions that follow.
-    pub async fn reconcile(&self) -> Result<(), MachinesError> {
+    /// One reconcile pass: `list` against what we know, and the actions that follow. Returns
+    /// the machines the provider is taking back (spot reclaims), still in service: the caller
+    /// moves their jobs first, then takes them out with [`PoolMachines::reclaimed`].
+    pub async fn reconcile(&self) -> Result<Vec<Reclaim>, MachinesError> {
         if let Ok(info) = self.provisioner.info().await {
             self.set_batch(info.capabilities.batch_size());
         }
@@ -166,9 +175,10 @@ impl PoolMachines {
             }
             Err(e) => {
                 self.provisioner_failed(&e, "list");
-                return Ok(());
+                return Ok(Vec::new());
             }
         };
+        let reclaims = self.reclaims(&listed);
         let listed: Vec<Listed> = listed
             .into_iter()
             .map(|l| Listed {
@@ -195,7 +205,42 @@ impl PoolMachines {
             self.execute(action).await?;
         }
         self.collect_gone()?;
-        Ok(())
+        Ok(reclaims)
+    }
+
+    /// The machines in service that `list` reports as being taken back.
+    fn reclaims(&self, listed: &[crate::provisioner::ListedMachine]) -> Vec<Reclaim> {
+        let machines = self.snapshot();
+        listed
+            .iter()
+            .filter_map(|l| {
+                let notice = l.interruption.clone()?;
+                let machine = machines
+                    .iter()
+                    .find(|m| m.provider_id.as_deref() == Some(l.id.as_str()))?
+                    .clone();
+                let leaving = matches!(
+                    machine.state,
+                    MachineState::Failed | MachineState::Destroying | MachineState::Gone
+                );
+                (!leaving).then_some(Reclaim { machine, notice })
+            })
+            .collect()
+    }
+
+    /// A reclaimed machine leaves service at once (`Failed`): it is destroyed, and a running
+    /// job it held fails without waiting for its sidecar to fall silent.
+    pub fn reclaimed(&self, reclaim: &Reclaim) {
+        let (m, notice) = (&reclaim.machine, &reclaim.notice);
+        let deadline = notice.deadline.as_deref().unwrap_or("unknown");
+        let reason = format!(
+            "the provider takes it back ({}, deadline {deadline})",
+            notice.reason
+        );
+        tracing::warn!(pool = %self.pool(), machine.id = %m.id, %reason, "machine reclaimed: its jobs go elsewhere or fail now");
+        if let Err(e) = self.apply(&m.id, MachineEvent::Fail, &reason) {
+            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot take the reclaimed machine out of service");
+        }
     }
 
     async fn execute(&self, action: Action) -> Result<(), MachinesError> {

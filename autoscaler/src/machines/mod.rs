@@ -7,6 +7,7 @@ mod lifecycle;
 mod policy;
 
 pub use controller::{ControllerSettings, PoolController};
+pub use lifecycle::Reclaim;
 
 #[cfg(test)]
 mod tests;

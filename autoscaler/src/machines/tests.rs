@@ -373,3 +373,48 @@ async fn the_reason_a_machine_left_service_survives_its_teardown() {
     assert_eq!(broke.state, MachineState::Destroying);
     assert_eq!(broke.reason.as_deref(), Some("sidecar process gone"));
 }
+
+#[tokio::test]
+async fn a_machine_the_provider_reclaims_leaves_service_at_the_next_reconcile() {
+    let r = rig(true, OrphanPolicy::Destroy);
+    r.machines.create(2).await.unwrap();
+    let reclaimed = r.machines.snapshot()[0].clone();
+    let provider_id = reclaimed.provider_id.clone().unwrap();
+    r.provider.reclaim(&provider_id);
+    let reclaims = r.machines.reconcile().await.unwrap();
+    assert_eq!(reclaims.len(), 1);
+    assert_eq!(reclaims[0].machine.id, reclaimed.id);
+    assert_eq!(
+        r.machines.get(&reclaimed.id).unwrap().state,
+        MachineState::Booting,
+        "still in service until the caller has moved its jobs"
+    );
+    r.machines.reclaimed(&reclaims[0]);
+    r.machines.reconcile().await.unwrap();
+    let after = r.machines.get(&reclaimed.id).unwrap();
+    let failed = after
+        .timeline
+        .iter()
+        .find(|t| t.state == MachineState::Failed)
+        .expect("the machine failed");
+    assert!(
+        failed
+            .reason
+            .as_deref()
+            .is_some_and(|why| why.contains("spot_reclaim")),
+        "{after:?}"
+    );
+    assert!(
+        matches!(
+            after.state,
+            MachineState::Failed | MachineState::Destroying | MachineState::Gone
+        ),
+        "out of service: {after:?}"
+    );
+    let other = &r.machines.snapshot()[1];
+    assert_eq!(
+        other.state,
+        MachineState::Booting,
+        "the other machine is left alone"
+    );
+}

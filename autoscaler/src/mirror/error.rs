@@ -39,7 +39,7 @@ impl From<Denied> for ApiError {
             // GitLab's job-token authentication finds the job by its token and refuses any other
             // id with 403, whether or not that id exists (runner-protocol.md §4).
             Denied::UnknownJob(_) => ApiError::Forbidden(d.to_string()),
-            Denied::WrongToken(_) => ApiError::Forbidden(d.to_string()),
+            Denied::WrongToken(_) | Denied::GivenUp(_) => ApiError::Forbidden(d.to_string()),
         }
     }
 }

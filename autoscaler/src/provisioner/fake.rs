@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use futures::future::BoxFuture;
 
 use super::{
-    Capabilities, CreateRequest, Created, Destroyed, Info, Labels, ListedMachine, Provisioner,
-    ProvisionerError, Result, Status,
+    Capabilities, CreateRequest, Created, Destroyed, Info, Interruption, Labels, ListedMachine,
+    Provisioner, ProvisionerError, Result, Status,
 };
 use crate::core::reconcile::ProviderState;
 
@@ -17,6 +17,8 @@ pub struct FakeMachine {
     pub key: String,
     pub labels: Labels,
     pub state: ProviderState,
+    /// Set by [`FakeProvisioner::reclaim`].
+    pub interruption: Option<Interruption>,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +68,17 @@ impl FakeProvisioner {
         }
     }
 
+    /// Announces that the provider takes the machine back (a spot reclaim), as `list` and
+    /// `status` then report it.
+    pub fn reclaim(&self, id: &str) {
+        if let Some(m) = self.lock().machines.get_mut(id) {
+            m.interruption = Some(Interruption {
+                reason: "spot_reclaim".into(),
+                deadline: None,
+            });
+        }
+    }
+
     /// Makes a machine vanish, as a spot reclaim or an operator would.
     pub fn lose(&self, id: &str) {
         self.lock().machines.remove(id);
@@ -79,6 +92,7 @@ impl FakeProvisioner {
                 key: labels.get("autoscaler-key").cloned().unwrap_or_default(),
                 labels,
                 state,
+                interruption: None,
             },
         );
     }
@@ -140,6 +154,7 @@ impl Provisioner for FakeProvisioner {
                                 key: item.key.clone(),
                                 labels: item.labels,
                                 state,
+                                interruption: None,
                             },
                         );
                         (id, state)
@@ -168,6 +183,7 @@ impl Provisioner for FakeProvisioner {
                     id: id.clone(),
                     state: m.state,
                     labels: m.labels.clone(),
+                    interruption: m.interruption.clone(),
                 })
                 .collect())
         })
@@ -176,11 +192,11 @@ impl Provisioner for FakeProvisioner {
     fn status<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Status>> {
         Box::pin(async move {
             let s = self.lock();
-            let (state, labels) = s
+            let (state, labels, interruption) = s
                 .machines
                 .get(id)
-                .map_or((ProviderState::Gone, Labels::new()), |m| {
-                    (m.state, m.labels.clone())
+                .map_or((ProviderState::Gone, Labels::new(), None), |m| {
+                    (m.state, m.labels.clone(), m.interruption.clone())
                 });
             Ok(Status {
                 id: id.to_string(),
@@ -191,6 +207,7 @@ impl Provisioner for FakeProvisioner {
                 host_key: None,
                 labels,
                 message: None,
+                interruption,
             })
         })
     }

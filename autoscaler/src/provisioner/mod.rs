@@ -17,7 +17,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 pub use protocol::{
-    Capabilities, CreateItem, CreateRequest, Created, Destroyed, Info, ListedMachine, Status,
+    Capabilities, CreateItem, CreateRequest, Created, Destroyed, Info, Interruption, ListedMachine,
+    Status,
 };
 pub use script::{RawCall, ScriptProvisioner};
 

@@ -71,6 +71,20 @@ pub struct ListedMachine {
     pub state: ProviderState,
     #[serde(default)]
     pub labels: Labels,
+    /// The provider is taking the machine back (a spot reclaim; `api-spec/provisioner.md`,
+    /// "Reporting a reclaim").
+    #[serde(default)]
+    pub interruption: Option<Interruption>,
+}
+
+/// A provider's notice that a machine is being taken back.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Interruption {
+    /// `spot_reclaim`, `maintenance`, or the provider's own word.
+    pub reason: String,
+    /// When the machine goes (RFC 3339), if the provider says.
+    #[serde(default)]
+    pub deadline: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -94,6 +108,8 @@ pub struct Status {
     pub labels: Labels,
     #[serde(default)]
     pub message: Option<String>,
+    #[serde(default)]
+    pub interruption: Option<Interruption>,
 }
 
 fn default_port() -> u16 {

@@ -2,6 +2,7 @@
 //! processes on loopback ports, and the fake GitLab they talk to (see `tests/fake-gitlab`).
 
 pub mod chaos;
+pub mod counting;
 pub mod process;
 pub mod stack;
 

@@ -6,16 +6,11 @@
 //! Real processes throughout: the fake GitLab, the autoscaler, the local provisioner (wrapped
 //! to count machines and, with `CREATE_DELAY`, to boot slowly), SSH and built-in sidecars.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use e2e::LocalMachinesGuard;
-use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec, repo_root};
+use e2e::counting::{CountingRig as Rig, WITHIN, rig};
 use fake_gitlab::control::{ArtifactSpec, FaultAction, FaultRule, JobSpec, JobStatus, JobView};
-use tempfile::TempDir;
-
-const WITHIN: Duration = Duration::from_secs(120);
 
 /// How the fake GitLab hands out jobs.
 #[derive(Debug, Clone, Copy)]
@@ -50,157 +45,20 @@ macro_rules! both_modes {
     };
 }
 
-struct Rig {
-    gitlab: FakeGitLab,
-    autoscaler: Autoscaler,
-    pool: PoolSpec,
-    count_log: PathBuf,
-    _cleanup: LocalMachinesGuard,
-    _dir: TempDir,
-}
-
-/// A pool of built-in sidecars on the counting local provisioner. `provisioner` holds extra
-/// `[pools.provisioner]` lines; `env` extra provisioner environment.
-async fn rig(
-    gitlab_args: &[&str],
-    scaling: &str,
-    provisioner: &str,
-    env: &[(&str, &str)],
-) -> Result<Rig> {
-    let dir = tempfile::tempdir()?;
-    let machines_root = dir.path().join("machines");
-    let count_log = dir.path().join("machines.log");
-    std::fs::write(&count_log, "")?;
-    let mut args = vec!["--trace-update-interval", "1"];
-    args.extend_from_slice(gitlab_args);
-    let gitlab = FakeGitLab::start(&args).await?;
-    let mut env_table = format!(
-        "LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\"",
-        machines_root.display(),
-        count_log.display()
-    );
-    for (key, value) in env {
-        env_table.push_str(&format!(", {key} = \"{value}\""));
-    }
-    let mut pool = PoolSpec::new("local");
-    pool.tail = format!(
-        "[pools.provisioner]\ncommand = \"{}\"\nenv = {{ {env_table} }}\nreconcile_interval = \"1s\"\n{provisioner}\n\n\
-         [pools.scaling]\n{scaling}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
-        repo_root()
-            .join("tests/e2e/fixtures/counting-provisioner")
-            .display(),
-    );
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let extra = Extra {
-        server: "long_poll_timeout = \"10s\"",
-        upstream: "keepalive_interval = \"1s\"",
-    };
-    let autoscaler = Autoscaler::start_with(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        &extra,
-    )
-    .await?;
-    Ok(Rig {
-        gitlab,
-        autoscaler,
-        pool,
-        count_log,
-        _cleanup: LocalMachinesGuard {
-            root: machines_root,
-        },
-        _dir: dir,
-    })
-}
-
-impl Rig {
-    async fn enqueue(&self, spec: JobSpec) -> Result<u64> {
-        Ok(self.gitlab.control.enqueue(&spec).await?.id)
-    }
-
-    fn job(&self, script: &[&str]) -> JobSpec {
-        JobSpec::new(&self.pool.upstream_token, script)
-    }
-
-    /// Waits until GitLab has handed the job out (running, or pending for acknowledgement).
-    async fn wait_taken(&self, id: u64) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let view = self.gitlab.control.job(id).await?;
-            if view.status != JobStatus::Pending {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("job {id} was never handed out: {view:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+/// Waits until GitLab has answered `n` job updates `200` (before any machine is ready,
+/// those are the autoscaler's keep-alives for the jobs it holds).
+async fn wait_keepalives(r: &Rig, n: u64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let stats = r.gitlab.control.stats().await?;
+        let answered = stats.count("PUT /api/v4/jobs/:id", "200");
+        if answered >= n {
+            return Ok(());
         }
-    }
-
-    /// Waits until the job's runner has sent its first trace (it is running on a machine).
-    async fn wait_started(&self, id: u64) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let view = self.gitlab.control.job(id).await?;
-            if view.trace_bytes > 0 {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("job {id} never started on a machine: {view:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if tokio::time::Instant::now() > deadline {
+            bail!("only {answered} job updates answered");
         }
-    }
-
-    async fn trace(&self, id: u64) -> Result<String> {
-        Ok(String::from_utf8_lossy(&self.gitlab.control.trace(id).await?).into_owned())
-    }
-
-    /// Machines the provisioner created, from its own log.
-    fn created(&self) -> Result<usize> {
-        let log = std::fs::read_to_string(&self.count_log)?;
-        Ok(log.lines().filter(|l| l.starts_with("create ")).count())
-    }
-
-    /// Waits until the autoscaler's pool view satisfies `check` (the admin API has no long
-    /// poll for pools; it is asked every 100 ms until the deadline).
-    async fn wait_pool(
-        &self,
-        what: &str,
-        within: Duration,
-        check: impl Fn(&autoscaler::admin::PoolStatus) -> bool,
-    ) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let pools = self.autoscaler.pools().await?;
-            if pools.iter().any(&check) {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("{what}: not reached; pools {pools:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Rig {
-    /// Waits until GitLab has answered `n` job updates `200` (before any machine is ready,
-    /// those are the autoscaler's keep-alives for the jobs it holds).
-    async fn wait_keepalives(&self, n: u64) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let stats = self.gitlab.control.stats().await?;
-            let answered = stats.count("PUT /api/v4/jobs/:id", "200");
-            if answered >= n {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("only {answered} job updates answered");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -285,7 +143,7 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     // Taken by the autoscaler, waiting for a second machine, and confirmed once already: the
     // cancel must be found by a later keep-alive.
     r.wait_taken(waiting).await?;
-    r.wait_keepalives(2).await?;
+    wait_keepalives(&r, 2).await?;
     r.gitlab.control.cancel(waiting).await?;
     // Dropped within a keep-alive or two, while the other job still holds the only machine.
     // The busy job runs for 8 s after its machine is ready: the only job that can have ended
