@@ -31,7 +31,7 @@ use crate::provisioner::ScriptProvisioner;
 use crate::sidecars::Sidecars;
 use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
-use crate::tls::{CertFiles, CertStore, TlsListener};
+use crate::tls::{CertFiles, CertStore};
 use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
 
 /// How long a sidecar has to acknowledge a job it was handed before the autoscaler does.
@@ -227,7 +227,8 @@ pub async fn run_with(
     if let Some(certs) = &certs {
         tasks.spawn(crate::tls::watch(certs.clone(), stop_maintenance.clone()));
     }
-    let mut server = serve_mirror(listener, certs, mirror::router(app), stop_server.clone())?;
+    let mut server = crate::tls::serve(listener, certs, mirror::router(app), stop_server.clone())
+        .map_err(ServiceError::Serve)?;
 
     let server_ended_early = tokio::select! {
         () = shutdown.graceful.cancelled() => None,
@@ -276,32 +277,6 @@ pub async fn run_with(
         "stopped; state is on disk"
     );
     Ok(())
-}
-
-/// Serves the mirrored API on `listener`, over TLS when `certs` is given, until `stop`.
-fn serve_mirror(
-    listener: TcpListener,
-    certs: Option<Arc<CertStore>>,
-    router: axum::Router,
-    stop: CancellationToken,
-) -> Result<tokio::task::JoinHandle<std::io::Result<()>>, ServiceError> {
-    let stopped = async move { stop.cancelled().await };
-    Ok(match certs {
-        None => tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-        }),
-        Some(certs) => {
-            let tls =
-                TlsListener::new(listener, certs.server_config()).map_err(ServiceError::Serve)?;
-            tokio::spawn(async move {
-                axum::serve(tls, router)
-                    .with_graceful_shutdown(stopped)
-                    .await
-            })
-        }
-    })
 }
 
 /// The machine controller of every pool with a provisioner, installed as its pool's slot gate.

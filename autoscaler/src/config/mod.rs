@@ -227,8 +227,10 @@ fn read_server(
             "is required when listen is a wildcard address: sidecars need a reachable URL",
         );
     }
-    let tls = s.table("tls").and_then(|t| tls::read_tls(t, base_dir));
-    if tls.is_some() && public_url.as_ref().is_some_and(|u| u.scheme() != "https") {
+    let tls = s
+        .table("tls")
+        .and_then(|t| tls::read_tls(t, base_dir, problems));
+    if s.has("tls") && public_url.as_ref().is_some_and(|u| u.scheme() != "https") {
         s.problem("public_url", "must be https:// when [server.tls] is set");
     }
     let long_poll_timeout = s

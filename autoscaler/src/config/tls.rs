@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::reader::Section;
+use super::reader::{Problems, Section};
 use super::resolve;
 use crate::tls::{self, TlsError};
 
@@ -32,7 +32,7 @@ pub struct TlsConfig {
     pub system_ca_files: Vec<String>,
 }
 
-pub(super) fn read_tls(s: Section<'_>, base_dir: &Path) -> Option<TlsConfig> {
+pub(super) fn read_tls(s: Section<'_>, base_dir: &Path, problems: &Problems) -> Option<TlsConfig> {
     let certificate: Option<PathBuf> = s.required("certificate");
     let key: Option<PathBuf> = s.required("key");
     let ca_bundle = s
@@ -45,20 +45,33 @@ pub(super) fn read_tls(s: Section<'_>, base_dir: &Path) -> Option<TlsConfig> {
     if system_ca_files.iter().any(|p| !p.starts_with('/')) {
         s.problem("system_ca_files", "must be absolute paths on the machines");
     }
+    let table = s.path_of("");
+    s.finish();
     let certificate = resolve(base_dir, certificate?);
     let key = resolve(base_dir, key?);
-    if let Err(e) = tls::certified_key(&certificate, &key) {
-        s.problem(key_of(&e, &key), e.to_string());
-    } else if let Err(e) = tls::relay_ca_pem(&certificate, ca_bundle.as_deref()) {
-        s.problem("ca_bundle", e.to_string());
-    }
-    s.finish();
+    check_files(&table, &certificate, &key, ca_bundle.as_deref(), problems);
     Some(TlsConfig {
         certificate,
         key,
         ca_bundle,
         system_ca_files,
     })
+}
+
+/// Reads the files as the listener will, so that one it cannot use is reported now.
+fn check_files(
+    table: &str,
+    certificate: &Path,
+    key: &Path,
+    ca_bundle: Option<&Path>,
+    problems: &Problems,
+) {
+    let at = |k: &str| format!("{table}{k}");
+    if let Err(e) = tls::certified_key(certificate, key) {
+        problems.add(at(key_of(&e, key)), e.to_string());
+    } else if let Err(e) = tls::relay_ca_pem(certificate, ca_bundle) {
+        problems.add(at("ca_bundle"), e.to_string());
+    }
 }
 
 /// The key whose file the error names.

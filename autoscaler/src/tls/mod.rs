@@ -14,6 +14,9 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use listener::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use load::{TlsError, certified_key, read_certificates, relay_ca_pem, to_pem};
@@ -74,6 +77,32 @@ impl CertStore {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(config)
     }
+}
+
+/// Serves `router` on `listener` until `stop`: over TLS with the certificate of `certs` when
+/// given, plain HTTP otherwise.
+pub fn serve(
+    listener: TcpListener,
+    certs: Option<Arc<CertStore>>,
+    router: axum::Router,
+    stop: CancellationToken,
+) -> std::io::Result<JoinHandle<std::io::Result<()>>> {
+    let stopped = async move { stop.cancelled().await };
+    Ok(match certs {
+        None => tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stopped)
+                .await
+        }),
+        Some(certs) => {
+            let tls = TlsListener::new(listener, certs.server_config())?;
+            tokio::spawn(async move {
+                axum::serve(tls, router)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            })
+        }
+    })
 }
 
 impl ResolvesServerCert for CertStore {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::process::binary;
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
 use fake_gitlab::control::{JobSpec, JobStatus, JobVariable};
 use pki::TestCa;
 
@@ -71,6 +71,29 @@ fn make_repository(root: &Path, work: &Path) -> Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_behind_the_tls_relay_clones_from_gitlab_over_https() -> Result<()> {
+    clone_through_the_relay("mode = \"builtin\"").await
+}
+
+/// The same with `mode = "gitlab-runner"`: the generated `config.toml` carries `tls-ca-file`,
+/// which the stand-in for a stock runner passes on as a stock runner would use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_runner_config_behind_the_tls_relay_clones_from_gitlab_over_https() -> Result<()> {
+    let bin = tempfile::tempdir()?;
+    let shim = bin.path().join("gitlab-runner");
+    let text = std::fs::read_to_string(repo_root().join("tests/e2e/fixtures/gitlab-runner-shim"))?
+        .replace("__SIDECAR__", &binary("sidecar")?.display().to_string());
+    std::fs::write(&shim, text)?;
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    clone_through_the_relay(&format!(
+        "mode = \"gitlab-runner\"\nexecutor = \"shell\"\nbinary = \"{}\"",
+        shim.display()
+    ))
+    .await
+}
+
+/// A job cloning from the GitLab host over HTTPS (CA-G), run by a sidecar of `sidecar` mode
+/// behind the relay (CA-R), must succeed; a clone trusting CA-R alone must fail.
+async fn clone_through_the_relay(sidecar: &str) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let d = dir.path();
     let (ca_g, ca_r) = (TestCa::new("CA-G")?, TestCa::new("CA-R")?);
@@ -102,7 +125,7 @@ async fn a_sidecar_behind_the_tls_relay_clones_from_gitlab_over_https() -> Resul
         "tls",
         &machines_root,
         "max_machines = 1\nidle_time = \"60s\"",
-        "mode = \"builtin\"",
+        sidecar,
     );
     gitlab.add_runner(&pool.upstream_token).await?;
     let tls = format!(
@@ -295,11 +318,31 @@ async fn a_reload_serves_new_handshakes_the_new_certificate_and_keeps_open_conne
     std::fs::copy(&second.chain, &first.chain)?;
     std::fs::copy(&second.key, &first.key)?;
     autoscaler.proc.signal(nix::sys::signal::Signal::SIGHUP)?;
+    wait_for_leaf(&addr, &trust, &second.der).await?;
+    // The connection opened before the reload still carries requests.
+    ensure!(
+        open.verify().await? == refused,
+        "the open connection stopped working"
+    );
+
+    // Without a signal, a change of the files is noticed within a few seconds.
+    let third = ca_r.issue(d, "third")?;
+    std::fs::copy(&third.chain, &first.chain)?;
+    std::fs::copy(&third.key, &first.key)?;
+    wait_for_leaf(&addr, &trust, &third.der).await?;
+    ensure!(
+        open.verify().await? == refused,
+        "the open connection stopped working"
+    );
+    Ok(())
+}
+
+/// Waits until a new handshake with `addr` presents the certificate `leaf`.
+async fn wait_for_leaf(addr: &str, trust: &str, leaf: &[u8]) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let fresh = probe::Connection::open(&addr, &trust).await?;
-        if fresh.peer_leaf == second.der {
-            break;
+        if probe::Connection::open(addr, trust).await?.peer_leaf == leaf {
+            return Ok(());
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
@@ -307,11 +350,4 @@ async fn a_reload_serves_new_handshakes_the_new_certificate_and_keeps_open_conne
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The connection opened before the reload still carries requests.
-    ensure!(
-        open.verify().await? == refused,
-        "the open connection stopped working"
-    );
-    ensure!(open.peer_leaf == first.der);
-    Ok(())
 }
