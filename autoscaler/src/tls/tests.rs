@@ -99,3 +99,49 @@ fn a_failed_reload_keeps_the_old_certificate_and_a_good_one_replaces_it() {
     store.reload().unwrap();
     assert_ne!(store.current.load().cert[0], before.cert[0]);
 }
+
+/// A client that connects and never starts its handshake does not hold up another one's.
+#[tokio::test]
+async fn a_silent_client_does_not_hold_up_other_handshakes() {
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (chain, key, ca) = issue("CA-R");
+    let store = CertStore::load(files(dir.path(), &chain, &key)).unwrap();
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = tcp.local_addr().unwrap();
+    let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    let stop = CancellationToken::new();
+    let _server = serve(tcp, Some(store), router, stop.clone()).unwrap();
+
+    let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let talk = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        // Bytes read before a close without close_notify are kept.
+        let mut answer = Vec::new();
+        let _ = tls.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), talk)
+        .await
+        .expect("the second client was held up");
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"),
+        "{answer}"
+    );
+    stop.cancel();
+}
