@@ -229,7 +229,7 @@ fn exit_code(e: &ServiceError) -> u8 {
         ServiceError::Store(_) => exit::STORE_DATA,
         ServiceError::TokenRejected { .. } => exit::TOKEN_REJECTED,
         ServiceError::Bind { .. } => exit::UNAVAILABLE,
-        ServiceError::PoolSetup { .. } => exit::CONFIG,
+        ServiceError::PoolSetup { .. } | ServiceError::Tls(_) => exit::CONFIG,
         ServiceError::Upstream(_) | ServiceError::Serve(_) | ServiceError::Machines(_) => 1,
     }
 }

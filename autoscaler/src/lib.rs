@@ -20,4 +20,5 @@ pub mod sidecars;
 pub mod ssh;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;

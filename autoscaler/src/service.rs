@@ -21,7 +21,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::core::job::JobEvent;
 use crate::delivery::Delivery;
-use crate::inject::Injector;
+use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
 use crate::jobs::Jobs;
 use crate::machines::{ControllerSettings, MachinesSettings, PoolController, PoolMachines};
@@ -31,6 +31,7 @@ use crate::provisioner::ScriptProvisioner;
 use crate::sidecars::Sidecars;
 use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
+use crate::tls::{CertFiles, CertStore};
 use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
 
 /// How long a sidecar has to acknowledge a job it was handed before the autoscaler does.
@@ -58,6 +59,8 @@ pub enum ServiceError {
     Serve(std::io::Error),
     #[error("pool {pool:?} cannot start: {detail}")]
     PoolSetup { pool: String, detail: String },
+    #[error("server.tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// The two signals of the shutdown protocol.
@@ -116,6 +119,14 @@ pub async fn run_with(
             source,
         })?;
     let addr = listener.local_addr().map_err(ServiceError::Serve)?;
+    let certs = match &config.server.tls {
+        Some(t) => Some(CertStore::load(CertFiles {
+            certificate: t.certificate.clone(),
+            key: t.key.clone(),
+        })?),
+        None => None,
+    };
+    let scheme = if certs.is_some() { "https" } else { "http" };
     let admin_listener = match &config.admin {
         Some(a) => {
             Some(
@@ -131,7 +142,7 @@ pub async fn run_with(
     };
     // Sidecars must be given the address actually bound (the configured port may be 0).
     let public_url = config.server.public_url.clone().map_or_else(
-        || format!("http://{addr}"),
+        || format!("{scheme}://{addr}"),
         |u| u.as_str().trim_end_matches('/').to_string(),
     );
     let controllers = machine_controllers(
@@ -144,7 +155,7 @@ pub async fn run_with(
         &clock,
     )?;
     announce(
-        addr,
+        &format!("{scheme}://{addr}"),
         admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
     );
 
@@ -214,14 +225,11 @@ pub async fn run_with(
             }
         });
     }
-    let mut server = {
-        let stop = stop_server.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, mirror::router(app))
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-        })
-    };
+    if let Some(certs) = &certs {
+        tasks.spawn(crate::tls::watch(certs.clone(), stop_maintenance.clone()));
+    }
+    let mut server = crate::tls::serve(listener, certs, mirror::router(app), stop_server.clone())
+        .map_err(ServiceError::Serve)?;
 
     let server_ended_early = tokio::select! {
         () = shutdown.graceful.cancelled() => None,
@@ -326,7 +334,12 @@ fn machine_controllers(
             public_url.to_string(),
             pool.config.scaling.capacity_per_machine,
         )
-        .map_err(|e| setup(pool.name(), e.to_string()))?;
+        .map_err(|e| setup(pool.name(), e.to_string()))?
+        .with_ca(config.server.tls.as_ref().map(|t| SidecarCa {
+            certificate: t.certificate.clone(),
+            ca_bundle: t.ca_bundle.clone(),
+            system_ca_files: t.system_ca_files.clone(),
+        }));
         let controller = PoolController::new(
             machines,
             injector,
@@ -375,14 +388,14 @@ async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), Service
 
 /// The lines a supervising process or test reads to learn the bound addresses.
 #[allow(clippy::print_stdout)]
-fn announce(addr: std::net::SocketAddr, admin: Option<std::net::SocketAddr>) {
+fn announce(url: &str, admin: Option<std::net::SocketAddr>) {
     use std::io::Write;
-    println!("listening on http://{addr}");
+    println!("listening on {url}");
     if let Some(admin) = admin {
         println!("admin listening on http://{admin}");
     }
     let _ = std::io::stdout().flush();
-    tracing::info!(%addr, admin = ?admin, "mirrored runner API listening");
+    tracing::info!(%url, admin = ?admin, "mirrored runner API listening");
 }
 
 /// Waits until no job is with a sidecar, `grace` has passed, or `immediate` fires.

@@ -35,11 +35,23 @@ pub enum Command {
     Run(RunArgs),
 }
 
+/// Trust for an HTTPS server whose CA is not among the system's (`tls-ca-file` of a stock
+/// runner).
+#[derive(Debug, Clone, Default, Args)]
+pub struct TlsArgs {
+    /// PEM CA certificates trusted for the server on top of the system's; also handed to jobs
+    /// as CI_SERVER_TLS_CA_FILE and to git for clones, so it should hold GitLab's CA too.
+    #[arg(long, env = "SIDECAR_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct RegisterArgs {
     /// GitLab URL.
     #[arg(long, env = "SIDECAR_URL")]
     pub url: String,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[arg(long, env = "SIDECAR_REGISTRATION_TOKEN", hide_env_values = true)]
     pub registration_token: Secret,
     #[arg(long, default_value = "")]
@@ -53,6 +65,8 @@ pub struct RegisterArgs {
 pub struct TokenArgs {
     #[arg(long, env = "SIDECAR_URL")]
     pub url: String,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[arg(long, env = "SIDECAR_TOKEN", hide_env_values = true)]
     pub token: Secret,
     #[arg(long, default_value = ".runner_system_id")]
@@ -75,6 +89,8 @@ pub enum LogFormat {
 pub struct RunArgs {
     #[arg(long, env = "SIDECAR_URL")]
     pub url: String,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[arg(long, env = "SIDECAR_TOKEN", hide_env_values = true)]
     pub token: Secret,
     /// Parallel jobs (one worker each).
@@ -127,6 +143,7 @@ impl RunArgs {
             name: self.name.clone(),
             system_id_file: cwd.join(&self.system_id_file),
             output_limit: self.output_limit.saturating_mul(1024),
+            tls_ca_file: self.tls.tls_ca_file.as_ref().map(|f| cwd.join(f)),
         }
     }
 }

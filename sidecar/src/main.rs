@@ -55,7 +55,7 @@ fn spawn_signal_handler(shutdown: Shutdown) -> anyhow::Result<()> {
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Register(args) => {
-            let client = Client::new(&args.url)?;
+            let client = client_for(&args.url, &args.tls)?;
             let creds = if args.registration_token.expose().starts_with("glrt-") {
                 // An authentication token is only verified, like `gitlab-runner register`.
                 let system_id = load_or_create_system_id(&args.system_id_file)?;
@@ -84,7 +84,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify(args) => {
-            let client = Client::new(&args.url)?;
+            let client = client_for(&args.url, &args.tls)?;
             let system_id = load_or_create_system_id(&args.system_id_file)?;
             match client
                 .verify(&args.token, &system_id, &RunnerInfo::sidecar())
@@ -103,7 +103,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Unregister(args) => {
             let target = args.target;
-            let client = Client::new(&target.url)?;
+            let client = client_for(&target.url, &target.tls)?;
             // glrt- tokens: the runner manager of this system id; others: legacy DELETE.
             let system_id = if target.token.expose().starts_with("glrt-") {
                 Some(load_or_create_system_id(&target.system_id_file)?)
@@ -126,6 +126,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The HTTP client for `url`, trusting `--tls-ca-file` when given.
+fn client_for(url: &str, tls: &sidecar::cli::TlsArgs) -> anyhow::Result<Client> {
+    let ca = tls
+        .tls_ca_file
+        .as_deref()
+        .map(sidecar::client::ca::CaBundle::read)
+        .transpose()?;
+    Ok(Client::with_ca(url, ca.as_ref())?)
 }
 
 fn main() -> ExitCode {

@@ -39,6 +39,8 @@ pub struct RunnerConfig {
     pub system_id_file: PathBuf,
     /// Trace cap in bytes.
     pub output_limit: usize,
+    /// `--tls-ca-file`: CA certificates trusted for the server, handed to jobs and git too.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// Termination requests: the first cancels `graceful` (stop polling, let jobs finish),
@@ -245,7 +247,12 @@ async fn wait_timeout_watchdog(shared: Arc<Shared>, timeout: Duration) {
 
 /// Run the runner loop until shutdown, `max_builds` or the wait timeout.
 pub async fn run(config: RunnerConfig, shutdown: Shutdown) -> Result<RunSummary, RunnerError> {
-    let client = Arc::new(Client::new(&config.url)?);
+    let ca = config
+        .tls_ca_file
+        .as_deref()
+        .map(crate::client::ca::CaBundle::read)
+        .transpose()?;
+    let client = Arc::new(Client::with_ca(&config.url, ca.as_ref())?);
     let system_id = load_or_create_system_id(&config.system_id_file).map_err(|source| {
         RunnerError::SystemId {
             path: config.system_id_file.clone(),
@@ -260,6 +267,7 @@ pub async fn run(config: RunnerConfig, shutdown: Shutdown) -> Result<RunSummary,
     let mut settings = JobSettings::new(config.builds_dir.clone(), system_id.clone());
     settings.output_limit = config.output_limit;
     settings.runner_name = config.name.clone();
+    settings.tls_ca = ca;
     let ctx = JobContext {
         client: client.clone(),
         info: info.clone(),

@@ -62,6 +62,7 @@ impl Env {
             name: "test-sidecar".to_owned(),
             system_id_file: self.dir.path().join(".runner_system_id"),
             output_limit: 4096 * 1024,
+            tls_ca_file: None,
         }
     }
 

@@ -8,6 +8,7 @@ mod env;
 mod policy;
 mod pool;
 mod reader;
+mod tls;
 mod values;
 
 use std::collections::HashSet;
@@ -24,6 +25,7 @@ use crate::secret::Secret;
 pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
 pub use reader::Problem;
 use reader::{Problems, Section};
+pub use tls::{SYSTEM_CA_FILES, TlsConfig};
 
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]
@@ -55,8 +57,10 @@ pub struct AdminConfig {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// The URL sidecars are given. Defaults to `http://<listen>` when `listen` names a host.
+    /// The URL sidecars are given. Defaults to `http(s)://<listen>` when `listen` names a host.
     pub public_url: Option<url::Url>,
+    /// `[server.tls]`: serve the mirrored API over TLS.
+    pub tls: Option<TlsConfig>,
     /// How long a sidecar's job request is held before `204` (GitLab's Workhorse uses 50 s; the
     /// runner waits up to 10 min for headers).
     pub long_poll_timeout: Duration,
@@ -180,7 +184,7 @@ impl Config {
 
 fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
     let root = Section::root(dict, problems);
-    let server = read_server(root.table("server"), problems);
+    let server = read_server(root.table("server"), base_dir, problems);
     let state = read_state(root.table("state"), base_dir, &root);
     let upstream = read_upstream(root.table("upstream"), &root);
     let log = read_log(root.table("log"));
@@ -217,7 +221,11 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
     })
 }
 
-fn read_server(s: Option<Section<'_>>, problems: &Problems) -> Option<ServerConfig> {
+fn read_server(
+    s: Option<Section<'_>>,
+    base_dir: &Path,
+    problems: &Problems,
+) -> Option<ServerConfig> {
     let empty = Dict::new();
     let s = s.unwrap_or_else(|| Section::root(&empty, problems));
     let listen: SocketAddr = s.or("listen", "127.0.0.1:8090".parse().ok()?);
@@ -227,6 +235,12 @@ fn read_server(s: Option<Section<'_>>, problems: &Problems) -> Option<ServerConf
             "public_url",
             "is required when listen is a wildcard address: sidecars need a reachable URL",
         );
+    }
+    let tls = s
+        .table("tls")
+        .and_then(|t| tls::read_tls(t, base_dir, problems));
+    if s.has("tls") && public_url.as_ref().is_some_and(|u| u.scheme() != "https") {
+        s.problem("public_url", "must be https:// when [server.tls] is set");
     }
     let long_poll_timeout = s
         .parsed("long_poll_timeout", values::duration)
@@ -261,6 +275,7 @@ fn read_server(s: Option<Section<'_>>, problems: &Problems) -> Option<ServerConf
     Some(ServerConfig {
         listen,
         public_url,
+        tls,
         long_poll_timeout,
         max_trace_patch_bytes,
         max_update_bytes,

@@ -261,3 +261,31 @@ scale_factor_limit = 2
         assert!(text.contains(expected), "missing {expected:?} in {text}");
     }
 }
+
+#[test]
+fn tls_keys_are_checked_with_their_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = MINIMAL.replace(
+        "[state]",
+        "[server.tls]\ncertificate = \"missing.pem\"\nsystem_ca_files = [\"relative.crt\"]\ncolour = 1\n[state]",
+    );
+    let e = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let paths: Vec<&str> = e.problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "server.tls.key",
+            "server.tls.system_ca_files",
+            "server.tls.colour",
+            "server.public_url"
+        ],
+        "{e}"
+    );
+    let text = MINIMAL.replace(
+        "[state]",
+        "[server.tls]\ncertificate = \"missing.pem\"\nkey = \"missing.key\"\n[state]",
+    );
+    let e = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    assert_eq!(e.problems[0].path, "server.tls.certificate", "{e}");
+    assert!(e.problems[0].message.contains("missing.pem"), "{e}");
+}

@@ -41,6 +41,20 @@ pub enum InjectError {
     LocalBinary { path: String, detail: String },
     #[error("the machine has no address to connect to")]
     NoEndpoint,
+    #[error("cannot read the CA certificates for the sidecar: {0}")]
+    Ca(#[from] crate::tls::TlsError),
+}
+
+/// The CA bundle a sidecar is given when the autoscaler serves TLS. Read at each injection, so
+/// that machines made after a certificate reload get the current CA.
+#[derive(Debug, Clone)]
+pub struct SidecarCa {
+    /// The listener's certificate chain (its last certificate is the CA when no bundle is set).
+    pub certificate: PathBuf,
+    /// `server.tls.ca_bundle`.
+    pub ca_bundle: Option<PathBuf>,
+    /// Where machines keep their system CA certificates, tried in order.
+    pub system_ca_files: Vec<String>,
 }
 
 /// What an injection learnt about the machine.
@@ -60,6 +74,8 @@ pub struct Injector {
     pub concurrency: u32,
     /// The local file uploaded as the sidecar binary, and its SHA-256.
     binary: Option<(PathBuf, String)>,
+    /// With TLS on: the CA bundle to write on each machine.
+    ca: Option<SidecarCa>,
 }
 
 fn sha256_file(path: &Path) -> Result<String, InjectError> {
@@ -98,7 +114,37 @@ impl Injector {
             public_url,
             concurrency,
             binary,
+            ca: None,
         })
+    }
+
+    /// Gives every sidecar this injector starts a CA bundle (the autoscaler serves TLS).
+    pub fn with_ca(mut self, ca: Option<SidecarCa>) -> Self {
+        self.ca = ca;
+        self
+    }
+
+    /// Writes the CA bundle on the machine and returns its path there (TLS only).
+    async fn write_ca(&self, conn: &Connection) -> Result<Option<String>, InjectError> {
+        let Some(ca) = &self.ca else {
+            return Ok(None);
+        };
+        let relay = crate::tls::relay_ca_pem(&ca.certificate, ca.ca_bundle.as_deref())?;
+        let dir = &self.config.remote_dir;
+        let system = self
+            .run(
+                conn,
+                "writing the CA bundle",
+                &recipe::write_ca_bundle(dir, &ca.system_ca_files),
+                Some(relay.as_bytes()),
+            )
+            .await?;
+        if system == "none" {
+            tracing::warn!(tried = ?ca.system_ca_files, "no system CA certificates on the machine: the sidecar trusts only the relay's CA, and HTTPS clones from GitLab may fail");
+        } else {
+            tracing::debug!(system_ca_file = %system, "CA bundle written: the relay's CA and the machine's system CAs");
+        }
+        Ok(Some(recipe::ca_file(dir)))
     }
 
     fn remote_binary(&self) -> Option<String> {
@@ -249,6 +295,7 @@ impl Injector {
         )
         .await?;
         self.upload(conn).await?;
+        let ca_file = self.write_ca(conn).await?;
         let remote_binary = self.remote_binary();
         let launch = Launch {
             mode: &self.config.mode,
@@ -257,6 +304,7 @@ impl Injector {
             concurrency: self.concurrency,
             dir,
             binary: remote_binary.as_deref(),
+            ca_file: ca_file.as_deref(),
         };
         for (file, mode, contents) in recipe::files(&launch, token.expose()) {
             let command = format!("umask 077 && cat > {dir}/{file} && chmod {mode:o} {dir}/{file}");

@@ -16,6 +16,27 @@ pub struct Launch<'a> {
     pub dir: &'a str,
     /// The uploaded binary on the machine, if one was uploaded.
     pub binary: Option<&'a str>,
+    /// The CA bundle written on the machine when the autoscaler serves TLS.
+    pub ca_file: Option<&'a str>,
+}
+
+/// Where the CA bundle goes on the machine, inside the sidecar's directory.
+pub fn ca_file(dir: &str) -> String {
+    format!("{dir}/ca.crt")
+}
+
+/// Writes the CA bundle at [`ca_file`]: the relay's CA certificates from stdin, then the
+/// machine's own system CA certificates (the first of `system_files` that exists and is not
+/// empty), so that the sidecar trusts the relay and its clones from GitLab still verify. Prints
+/// the system file used, or `none`.
+pub fn write_ca_bundle(dir: &str, system_files: &[String]) -> String {
+    let candidates: Vec<String> = system_files.iter().map(|f| quote(f)).collect();
+    let dest = ca_file(dir);
+    format!(
+        "sys=none; for f in {list}; do if [ -s \"$f\" ]; then sys=$f; break; fi; done; \
+         umask 022 && {{ cat; if [ \"$sys\" != none ]; then cat \"$sys\"; fi; }} > {dest}.tmp && mv -f {dest}.tmp {dest} && echo \"$sys\"",
+        list = candidates.join(" "),
+    )
 }
 
 /// Quotes a value for a POSIX shell.
@@ -59,7 +80,7 @@ pub fn gitlab_runner_config(l: &Launch<'_>, token: &str, executor: &str, extra: 
          \x20 limit = {n}\n\
          \x20 request_concurrency = 1\n\
          \x20 builds_dir = {builds}\n\
-         \x20 cache_dir = {cache}\n",
+         \x20 cache_dir = {cache}\n{tls}",
         name = l.name,
         n = l.concurrency,
         name_q = toml_str(l.name),
@@ -68,6 +89,10 @@ pub fn gitlab_runner_config(l: &Launch<'_>, token: &str, executor: &str, extra: 
         executor = toml_str(executor),
         builds = toml_str(&format!("{}/builds", l.dir)),
         cache = toml_str(&format!("{}/cache", l.dir)),
+        tls = l.ca_file.map_or_else(String::new, |f| format!(
+            "  tls-ca-file = {}\n",
+            toml_str(f)
+        )),
     );
     for line in extra.lines().filter(|l| !l.trim().is_empty()) {
         out.push_str("  ");
@@ -84,11 +109,14 @@ pub fn command(l: &Launch<'_>) -> String {
     match l.mode {
         SidecarMode::Builtin => format!(
             "SIDECAR_TOKEN=\"$(cat {dir}/token)\" exec {bin} run --url {url} --concurrent {n} --builds-dir {dir}/builds \
-             --name {name} --system-id-file {dir}/.runner_system_id",
+             --name {name} --system-id-file {dir}/.runner_system_id{tls}",
             bin = l.binary.map_or_else(|| "sidecar".to_string(), quote),
             url = quote(l.url),
             n = l.concurrency,
             name = quote(l.name),
+            tls = l
+                .ca_file
+                .map_or_else(String::new, |f| format!(" --tls-ca-file {}", quote(f))),
         ),
         SidecarMode::GitlabRunner { .. } => format!(
             "exec {bin} run --config {dir}/config.toml --working-directory {dir}",
@@ -101,6 +129,7 @@ pub fn command(l: &Launch<'_>) -> String {
                 .replace("{concurrency}", &l.concurrency.to_string())
                 .replace("{name}", &quote(l.name))
                 .replace("{binary}", &l.binary.map_or_else(String::new, quote))
+                .replace("{ca_file}", &l.ca_file.map_or_else(String::new, quote))
                 .replace("{dir}", "__DIR__");
             format!("exec {}", filled.replace("__DIR__", dir))
         }
@@ -138,7 +167,30 @@ mod tests {
             concurrency: 3,
             dir: "autoscaler-sidecar",
             binary: Some("autoscaler-sidecar/bin/sidecar"),
+            ca_file: None,
         }
+    }
+
+    #[test]
+    fn with_tls_both_sidecars_are_pointed_at_the_ca_bundle() {
+        let ca = ca_file("autoscaler-sidecar");
+        let mut l = launch(&SidecarMode::Builtin);
+        l.ca_file = Some(&ca);
+        assert!(command(&l).ends_with(" --tls-ca-file 'autoscaler-sidecar/ca.crt'"));
+        let config = gitlab_runner_config(&l, "glrt-abc", "shell", "");
+        let parsed: toml::Value = toml::from_str(&config).unwrap();
+        assert_eq!(
+            parsed["runners"][0]["tls-ca-file"].as_str(),
+            Some("autoscaler-sidecar/ca.crt")
+        );
+    }
+
+    #[test]
+    fn the_ca_bundle_adds_the_first_system_file_found() {
+        let files = ["/etc/a b.crt".to_string(), "/etc/c.crt".to_string()];
+        let script = write_ca_bundle("d", &files);
+        assert!(script.starts_with("sys=none; for f in '/etc/a b.crt' '/etc/c.crt'; do"));
+        assert!(script.contains("> d/ca.crt.tmp && mv -f d/ca.crt.tmp d/ca.crt"));
     }
 
     #[test]

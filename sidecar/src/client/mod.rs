@@ -5,6 +5,7 @@
 //! and the HTTP-level retry of §1.1. Endpoint methods then interpret the answer with the
 //! exact success code of each call.
 
+pub mod ca;
 pub mod classify;
 pub mod retry;
 
@@ -53,6 +54,11 @@ pub enum ClientError {
     BadJson(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot use the CA file {}: {reason}", path.display())]
+    CaFile {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }
 
 impl ClientError {
@@ -154,7 +160,24 @@ impl Client {
     }
 
     pub fn with_policy(url: &str, policy: RetryPolicy) -> Result<Self, ClientError> {
+        Self::build(url, policy, None)
+    }
+
+    /// A client that also trusts the CA certificates of `ca` (`--tls-ca-file`).
+    pub fn with_ca(url: &str, ca: Option<&ca::CaBundle>) -> Result<Self, ClientError> {
+        Self::build(url, RetryPolicy::default(), ca)
+    }
+
+    fn build(
+        url: &str,
+        policy: RetryPolicy,
+        ca: Option<&ca::CaBundle>,
+    ) -> Result<Self, ClientError> {
         let base = api_base(url)?;
+        let extra_roots = match ca {
+            Some(ca) => ca.certificates()?,
+            None => Vec::new(),
+        };
         let builder = || {
             reqwest::Client::builder()
                 .user_agent(user_agent())
@@ -162,6 +185,7 @@ impl Client {
                 .timeout(TRANSFER_TIMEOUT)
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .tcp_keepalive(Duration::from_secs(30))
+                .tls_certs_merge(extra_roots.clone())
         };
         let http = builder()
             .redirect(reqwest::redirect::Policy::limited(10))

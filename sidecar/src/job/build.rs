@@ -201,6 +201,15 @@ impl<'a> Build<'a> {
                 *value = path.to_string_lossy().into_owned();
             }
         }
+        if let Some(ca) = &self.ctx.settings.tls_ca {
+            // As the stock runner does with its `tls-ca-file` (runner-protocol.md §8.1).
+            let path = self.tmp_dir.join("CI_SERVER_TLS_CA_FILE");
+            std::fs::write(&path, ca.pem.as_slice())?;
+            env.push((
+                "CI_SERVER_TLS_CA_FILE".to_owned(),
+                path.to_string_lossy().into_owned(),
+            ));
+        }
         self.env = env;
         Ok(())
     }

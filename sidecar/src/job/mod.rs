@@ -40,6 +40,8 @@ pub struct JobSettings {
     pub after_script_timeout: Duration,
     /// SIGTERM → SIGKILL grace on timeout and graceful cancel.
     pub kill_grace: Duration,
+    /// The CA bundle of `--tls-ca-file`, given to jobs as `CI_SERVER_TLS_CA_FILE` and to git.
+    pub tls_ca: Option<crate::client::ca::CaBundle>,
 }
 
 impl JobSettings {
@@ -52,6 +54,7 @@ impl JobSettings {
             timing: UpdaterTiming::default(),
             after_script_timeout: AFTER_SCRIPT_TIMEOUT,
             kill_grace: Duration::from_secs(10),
+            tls_ca: None,
         }
     }
 }

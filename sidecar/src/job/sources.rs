@@ -62,6 +62,10 @@ impl Build<'_> {
             commands.push(say("Fetching changes..."));
         }
         commands.push("git -c init.defaultBranch=main init".to_owned());
+        if let Some(ca) = self.tls_ca_file() {
+            // Clones trust the same bundle as the runner's own calls (runner-protocol.md §8.1).
+            commands.push(format!("git config http.sslCAInfo {}", bash_quote(ca)));
+        }
         commands.push(say("Created fresh repository."));
         commands.push(format!(
             "git remote add origin {}",
@@ -99,6 +103,12 @@ impl Build<'_> {
             .run_script("get_sources", &commands, false, &extra, self.job_limits())
             .await;
         self.stage_result(end)
+    }
+
+    /// `CI_SERVER_TLS_CA_FILE` when the runner has a `--tls-ca-file` (not a job's own variable).
+    fn tls_ca_file(&self) -> Option<&str> {
+        self.ctx.settings.tls_ca.as_ref()?;
+        self.env_var("CI_SERVER_TLS_CA_FILE")
     }
 
     pub(super) async fn download_dependencies(&self) -> StageResult {

@@ -62,6 +62,7 @@ pub async fn rig(
     let extra = Extra {
         server: "long_poll_timeout = \"10s\"",
         upstream: "keepalive_interval = \"1s\"",
+        ..Extra::default()
     };
     let autoscaler = Autoscaler::start_with(
         &dir.path().join("autoscaler"),

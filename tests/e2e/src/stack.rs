@@ -26,10 +26,16 @@ pub struct FakeGitLab {
 impl FakeGitLab {
     /// Starts `fake-gitlab` on a free loopback port with `args` (e.g. `--trace-update-interval 1`).
     pub async fn start(args: &[&str]) -> Result<Self> {
+        Self::start_trusting(args, &[]).await
+    }
+
+    /// [`FakeGitLab::start`] for a fake serving TLS (`--tls-cert`, `--tls-key` in `args`): its
+    /// control client trusts the PEM CA certificates `ca_pem`.
+    pub async fn start_trusting(args: &[&str], ca_pem: &[u8]) -> Result<Self> {
         let mut command = Command::new(binary("fake-gitlab")?);
         command.args(["--listen", "127.0.0.1:0"]).args(args);
         let (proc, url) = Proc::spawn_listening("fake-gitlab", command).await?;
-        let control = Client::new(url.clone());
+        let control = Client::with_ca(url.clone(), ca_pem);
         Ok(Self { proc, url, control })
     }
 
@@ -108,13 +114,17 @@ pub struct Autoscaler {
     pub admin_url: String,
     pub dir: PathBuf,
     config_path: PathBuf,
+    /// Environment variables of the process (kept for restarts).
+    env: Vec<(String, String)>,
 }
 
-/// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines).
+/// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines), and extra
+/// environment variables of its process.
 #[derive(Debug, Clone, Default)]
 pub struct Extra<'a> {
     pub server: &'a str,
     pub upstream: &'a str,
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Autoscaler {
@@ -128,27 +138,52 @@ impl Autoscaler {
     ) -> Result<Self> {
         let extra = Extra {
             server: server_extra,
-            upstream: "",
+            ..Extra::default()
         };
         Self::start_with(dir, gitlab_url, pools, &extra).await
     }
 
-    /// [`Autoscaler::start`] with extra keys for `[server]` and `[upstream]`.
+    /// [`Autoscaler::start`] with extra environment variables for the process (e.g.
+    /// `SSL_CERT_FILE`, which decides the CA certificates it trusts for GitLab).
+    pub async fn start_with_env(
+        dir: &Path,
+        gitlab_url: &str,
+        pools: &[PoolSpec],
+        server_extra: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
+        let extra = Extra {
+            server: server_extra,
+            upstream: "",
+            env,
+        };
+        Self::start_with(dir, gitlab_url, pools, &extra).await
+    }
+
+    /// [`Autoscaler::start`] with extra keys for `[server]` and `[upstream]` and extra
+    /// environment variables.
     pub async fn start_with(
         dir: &Path,
         gitlab_url: &str,
         pools: &[PoolSpec],
         extra: &Extra<'_>,
     ) -> Result<Self> {
+        let env: Vec<(String, String)> = extra
+            .env
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("autoscaler.toml");
         std::fs::write(
             &config_path,
             config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
         )?;
-        let (proc, url, admin_url) = spawn_autoscaler(&config_path).await?;
+        let (proc, url, admin_url) = spawn_autoscaler(&config_path, &env).await?;
         // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
-        let listen = url.trim_start_matches("http://");
+        let listen = url
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
         let admin = admin_url.trim_start_matches("http://");
         std::fs::write(
             &config_path,
@@ -160,6 +195,7 @@ impl Autoscaler {
             admin_url,
             dir: dir.to_path_buf(),
             config_path,
+            env,
         })
     }
 
@@ -168,7 +204,7 @@ impl Autoscaler {
         if self.proc.try_status().is_none() {
             bail!("the autoscaler is still running");
         }
-        let (proc, url, _) = spawn_autoscaler(&self.config_path).await?;
+        let (proc, url, _) = spawn_autoscaler(&self.config_path, &self.env).await?;
         if url != self.url {
             bail!("restarted on {url}, expected {}", self.url);
         }
@@ -256,9 +292,13 @@ impl Autoscaler {
     }
 }
 
-async fn spawn_autoscaler(config_path: &Path) -> Result<(Proc, String, String)> {
+async fn spawn_autoscaler(
+    config_path: &Path,
+    env: &[(String, String)],
+) -> Result<(Proc, String, String)> {
     let mut command = Command::new(binary("autoscaler")?);
     command.arg("run").arg("--config").arg(config_path);
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "autoscaler=info,warn");
     }

@@ -42,6 +42,12 @@ pub struct Config {
     /// The URL jobs see as `CI_SERVER_URL` (and clone URLs are built from); `None` = the URL
     /// of the bound socket.
     pub external_url: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (with [`Config::tls_key`]).
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of [`Config::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// Serve the files of this directory at `/git/…` (git's dumb HTTP protocol).
+    pub git_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -60,6 +66,9 @@ impl Default for Config {
             trace_limit: 100 << 20,
             artifacts_redirect: false,
             external_url: None,
+            tls_cert: None,
+            tls_key: None,
+            git_dir: None,
         }
     }
 }

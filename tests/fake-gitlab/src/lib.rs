@@ -12,11 +12,13 @@ mod api;
 mod config;
 pub mod control;
 mod faults;
+mod git;
 mod payload;
 mod server;
 mod shared;
 mod state;
 mod stats;
+mod tls;
 
 pub use config::{Config, ParseError, parse_duration, parse_size};
 pub use server::{RunningServer, start};

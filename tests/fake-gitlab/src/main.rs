@@ -59,6 +59,15 @@ struct Cli {
     /// URL jobs see as CI_SERVER_URL (default: the listening URL).
     #[arg(long)]
     external_url: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve this directory's files at /git/... (a bare repository for git's dumb HTTP).
+    #[arg(long)]
+    git_dir: Option<PathBuf>,
 }
 
 impl Cli {
@@ -77,6 +86,9 @@ impl Cli {
             trace_limit: self.trace_limit,
             artifacts_redirect: self.artifacts_redirect,
             external_url: self.external_url,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            git_dir: self.git_dir,
         }
     }
 }
@@ -95,7 +107,9 @@ async fn main() -> anyhow::Result<()> {
     let server = fake_gitlab::start(config).await?;
     {
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "listening on http://{}", server.addr()).context("writing to stdout")?;
+        let scheme = server.url().split("://").next().unwrap_or("http");
+        writeln!(stdout, "listening on {scheme}://{}", server.addr())
+            .context("writing to stdout")?;
         stdout.flush().context("flushing stdout")?;
     }
 

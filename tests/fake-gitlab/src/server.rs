@@ -16,14 +16,15 @@ use axum::middleware;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tempfile::TempDir;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::config::Config;
 use crate::faults::{self, ConnectionKill};
 use crate::shared::Shared;
-use crate::{api, control};
+use crate::{api, control, git, tls};
 
 /// How long in-flight requests (e.g. an artifact upload) may finish after shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -87,7 +88,14 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    let url = format!("http://{}", reachable(addr));
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        (None, None) => None,
+        _ => anyhow::bail!("TLS needs both a certificate and a key"),
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", reachable(addr));
+    let git_dir = config.git_dir.clone();
 
     let (data_dir, temp_dir) = match &config.data_dir {
         Some(dir) => (dir.clone(), None),
@@ -116,8 +124,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
     });
 
     shared.spawn_timeout_sweeper();
-    let router = router(Arc::clone(&shared));
-    let accept_loop = tokio::spawn(accept_loop(listener, router, Arc::clone(&shared)));
+    let mut router = router(Arc::clone(&shared));
+    if let Some(dir) = git_dir {
+        router = router.merge(git::routes(dir));
+    }
+    let accept_loop = tokio::spawn(accept_loop(listener, tls, router, Arc::clone(&shared)));
     tracing::info!(%url, "fake-gitlab listening");
     Ok(RunningServer {
         addr,
@@ -156,7 +167,12 @@ fn router(shared: Arc<Shared>) -> Router {
     observed.merge(control::routes()).with_state(shared)
 }
 
-async fn accept_loop(listener: TcpListener, router: Router, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    shared: Arc<Shared>,
+) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -168,9 +184,23 @@ async fn accept_loop(listener: TcpListener, router: Router, shared: Arc<Shared>)
                 let _ = stream.set_nodelay(true);
                 let router = router.clone();
                 let shutdown = shared.shutdown.clone();
-                shared
-                    .tasks
-                    .spawn(serve_connection(stream, peer, router, shutdown));
+                match tls.clone() {
+                    None => shared
+                        .tasks
+                        .spawn(serve_connection(stream, peer, router, shutdown)),
+                    Some(acceptor) => shared.tasks.spawn(async move {
+                        let handshake = acceptor.accept(stream);
+                        match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, handshake).await {
+                            Ok(Ok(stream)) => {
+                                serve_connection(stream, peer, router, shutdown).await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }),
+                };
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -180,12 +210,14 @@ async fn accept_loop(listener: TcpListener, router: Router, shared: Arc<Shared>)
     }
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     peer: SocketAddr,
     router: Router,
     shutdown: tokio_util::sync::CancellationToken,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let kill = tokio_util::sync::CancellationToken::new();
     let request_kill = kill.clone();
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {

@@ -48,9 +48,17 @@ pub struct Client {
 impl Client {
     /// `base_url` is the server URL, e.g. [`crate::RunningServer::url`].
     pub fn new(base_url: impl Into<String>) -> Self {
+        Self::with_ca(base_url, &[])
+    }
+
+    /// Like [`Client::new`], trusting the PEM CA certificates in `ca_pem` as well (for a fake
+    /// serving TLS).
+    pub fn with_ca(base_url: impl Into<String>, ca_pem: &[u8]) -> Self {
+        let roots = reqwest::Certificate::from_pem_bundle(ca_pem).unwrap_or_default();
         // Loopback only: ignore any proxy from the environment.
         let http = reqwest::Client::builder()
             .no_proxy()
+            .tls_certs_merge(roots)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         Client {
