@@ -226,6 +226,8 @@ fn variables(input: &PayloadInput, server_url: &str, repo_url: &str) -> Vec<JobV
     let root_namespace = spec.project_path.split('/').next().unwrap_or_default();
     let (major, minor, patch) = SERVER_VERSION;
     let short_sha: String = input.sha.chars().take(8).collect();
+    // The payload is rendered when the job is handed out, the moment GitLab calls its start.
+    let now = iso8601_utc(std::time::SystemTime::now());
 
     let public = |key: &str, value: String| JobVariable::new(key, value);
     let secret = |key: &str, value: String, masked: bool| JobVariable {
@@ -284,14 +286,56 @@ fn variables(input: &PayloadInput, server_url: &str, repo_url: &str) -> Vec<JobV
         public("CI_COMMIT_REF_NAME", spec.git_ref.clone()),
         public("CI_COMMIT_REF_SLUG", slug(&spec.git_ref)),
         public("CI_COMMIT_BRANCH", spec.git_ref.clone()),
+        public("CI_COMMIT_TITLE", "Commit under test".into()),
+        public("CI_COMMIT_MESSAGE", "Commit under test".into()),
+        public("CI_COMMIT_DESCRIPTION", String::new()),
+        public(
+            "CI_COMMIT_AUTHOR",
+            "Administrator <admin@example.com>".into(),
+        ),
+        public("CI_COMMIT_TIMESTAMP", now.clone()),
+        public("CI_CONFIG_PATH", ".gitlab-ci.yml".into()),
+        public("CI_PIPELINE_CREATED_AT", now.clone()),
+        public("CI_JOB_STARTED_AT", now),
+        public(
+            "CI_PROJECT_TITLE",
+            project_name(&spec.project_path).to_owned(),
+        ),
         public("GITLAB_USER_ID", "1".into()),
         public("GITLAB_USER_LOGIN", "root".into()),
+        public("GITLAB_USER_NAME", "Administrator".into()),
+        public("GITLAB_USER_EMAIL", "admin@example.com".into()),
     ];
     if spec.repo_url.is_none() {
         vars.push(public("GIT_STRATEGY", "none".into()));
     }
     vars.extend(spec.variables.iter().cloned());
     vars
+}
+
+/// `2026-01-02T03:04:05Z`, the form GitLab gives its `*_AT` variables.
+fn iso8601_utc(at: std::time::SystemTime) -> String {
+    let secs = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -409,6 +453,19 @@ mod tests {
         assert_eq!(var(&p, "CI_JOB_NAME").unwrap()["value"], "build");
         assert_eq!(var(&p, "CI_JOB_STAGE").unwrap()["value"], "test");
         assert_eq!(var(&p, "GIT_STRATEGY").unwrap()["value"], "none");
+        // What GitLab always sends and some runners cannot do without.
+        assert_eq!(
+            var(&p, "CI_CONFIG_PATH").unwrap()["value"],
+            ".gitlab-ci.yml"
+        );
+        assert_eq!(var(&p, "CI_PIPELINE_SOURCE").unwrap()["value"], "push");
+        assert!(var(&p, "CI_JOB_URL").is_some() && var(&p, "CI_PIPELINE_URL").is_some());
+        let started = var(&p, "CI_JOB_STARTED_AT").unwrap()["value"].clone();
+        assert_eq!(started.as_str().map(str::len), Some(20), "{started}");
+        assert_eq!(
+            iso8601_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_453_148)),
+            "2026-11-23T16:59:08Z"
+        );
         let keys: Vec<_> = p["variables"]
             .as_array()
             .unwrap()
