@@ -29,8 +29,6 @@ async fn identity(
 ) -> Result<(Params, String), ApiError> {
     let bytes = read_limited(body, headers, IDENTITY_BODY_LIMIT).await?;
     let params = Params::parse(query, headers, &bytes).await?;
-    // `info` is declared a Hash on every identity call: an array is refused as Grape does.
-    params.hash("info")?;
     let token = params
         .token()
         .or_else(|| header(headers, "runner-token").map(str::to_string))
@@ -40,6 +38,8 @@ async fn identity(
 
 /// The parameters `POST /runners` declares with a type, checked as Grape checks them.
 fn check_registration(params: &Params) -> Result<(), ApiError> {
+    // `info` is declared a Hash: an array is refused as Grape does.
+    params.hash("info")?;
     let mut invalid = Vec::new();
     for name in ["run_untagged", "locked", "paused", "active"] {
         if let Err(e) = params.boolean(name) {

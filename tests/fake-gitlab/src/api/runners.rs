@@ -29,8 +29,6 @@ async fn identity(
     let params = Params::parse(query, headers, &bytes)
         .await
         .map_err(IntoResponse::into_response)?;
-    // `info` is a Hash parameter: an array (or a string) is refused.
-    params.hash("info").map_err(IntoResponse::into_response)?;
     let token = params
         .string("token")
         .or_else(|| header_str(headers, RUNNER_TOKEN).map(str::to_owned))
@@ -52,6 +50,10 @@ pub(super) async fn register(
         Ok(identity) => identity,
         Err(response) => return response,
     };
+    // `info` is declared a Hash here: an array (or a string) is refused.
+    if let Err(e) = params.hash("info") {
+        return e.into_response();
+    }
     let mut errors = Vec::new();
     for name in ["run_untagged", "locked", "paused", "active"] {
         if let Err(e) = params.boolean(name) {
