@@ -23,7 +23,7 @@ use super::{Millis, SidecarId};
 pub enum JobPhase {
     /// Accepted from GitLab and durable; waiting for a sidecar's job request.
     Queued,
-    /// Handed to a sidecar's job request; its acceptance (`PUT state=running`) not yet seen.
+    /// Handed to a sidecar's job request; no call from that sidecar for it seen yet.
     Assigned { sidecar: SidecarId, at: Millis },
     /// A sidecar accepted it. `sidecar` is unknown when the acceptance arrived for a job we had
     /// not recorded as handed out (e.g. the hand-out was not yet persisted when we restarted).
@@ -46,7 +46,8 @@ pub enum JobEvent {
     HandOutFailed,
     /// No acceptance arrived within the pool's acknowledgement window.
     AckTimedOut,
-    /// A sidecar sent `PUT state=running` for the job (acceptance or keep-alive).
+    /// A sidecar made a relayed call for the job: any update, a trace patch or an artifact
+    /// upload (`core::acceptance`), not only `PUT state=running`.
     Accepted,
     /// GitLab answered the final update with `200`, or refused further calls for the job.
     Ended,

@@ -1,6 +1,7 @@
 //! The pure core: state machines and decisions as plain data and functions. Nothing in here
 //! does IO, reads a clock or spawns a task; time comes in as an argument.
 
+pub mod acceptance;
 pub mod backoff;
 pub mod breaker;
 pub mod features;

@@ -3,38 +3,27 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Map, Value};
-
 use super::body::{self, read_limited};
+use super::params::Params;
 use super::{ApiError, App};
 use crate::core::JobId;
-
-#[derive(Deserialize)]
-struct JobRequestBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    info: Option<Map<String, Value>>,
-    #[serde(default)]
-    system_id: Option<String>,
-}
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 pub async fn request_job(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let bytes = read_limited(body, &headers, app.limits.job_request_bytes).await?;
-    let request: JobRequestBody = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
-    let token = request
-        .token
-        .filter(|t| !t.is_empty())
+    // JSON as runners send it, or a form, multipart body or query parameters (Grape).
+    let params = Params::parse(query.as_deref(), &headers, &bytes).await?;
+    let info = params.hash("info")?.cloned();
+    let token = params
+        .token()
         .or_else(|| body::header(&headers, "runner-token").map(str::to_string))
         .ok_or(ApiError::TokenMissing)?;
     let sidecar = app
@@ -45,7 +34,7 @@ pub async fn request_job(
     span.record("sidecar.id", sidecar.id().0);
     span.record("pool", sidecar.pool());
     app.sidecars
-        .note_poll(&sidecar, request.info, request.system_id);
+        .note_poll(&sidecar, info, params.string("system_id"));
     if let (Some(machine), Some(machines)) =
         (&sidecar.record.machine, app.machines.get(sidecar.pool()))
     {

@@ -7,6 +7,7 @@
 mod body;
 mod error;
 mod job_request;
+mod params;
 mod relay;
 mod runners;
 
@@ -120,6 +121,37 @@ impl App {
 }
 
 pub fn router(app: Arc<App>) -> Router {
+    // Grape ignores a trailing slash (`POST /api/v4/runners/`): so does the mirrored API.
+    let routes = tower::ServiceExt::map_request(routes(app), trim_trailing_slash);
+    Router::new()
+        .fallback_service(routes)
+        // Failures are logged once, with their reason, by `ApiError`; the layer only makes spans.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(()),
+        )
+}
+
+/// `/api/v4/runners/` → `/api/v4/runners`, the query kept.
+fn trim_trailing_slash<B>(mut request: Request<B>) -> Request<B> {
+    let uri = request.uri();
+    let path = uri.path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let rebuilt = match uri.query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        if let Ok(new) = rebuilt.parse() {
+            *request.uri_mut() = new;
+        }
+    }
+    request
+}
+
+fn routes(app: Arc<App>) -> Router {
     Router::new()
         .route(
             "/api/v4/runners",
@@ -147,12 +179,6 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
-        // Failures are logged once, with their reason, by `ApiError`; the layer only makes spans.
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(request_span)
-                .on_failure(()),
-        )
 }
 
 fn request_span<B>(request: &Request<B>) -> tracing::Span {

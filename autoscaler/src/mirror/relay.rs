@@ -17,11 +17,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use futures::TryStreamExt;
-use serde::Deserialize;
 
 use super::body::{header, read_limited};
+use super::params::Params;
 use super::{ApiError, App};
 use crate::core::JobId;
+use crate::core::acceptance::RelayedCall;
 use crate::core::job::{JobEvent, JobPhase};
 use crate::delivery::DeliveryError;
 use crate::store::JobRecord;
@@ -50,8 +51,26 @@ fn note_job(app: &App, record: &JobRecord) {
     }
 }
 
-fn job_token(headers: &HeaderMap) -> Result<&str, ApiError> {
-    header(headers, "job-token").ok_or_else(|| ApiError::Forbidden("no JOB-TOKEN".into()))
+/// The job token wherever GitLab takes it: the `token` parameter first (query, or a parsed
+/// body), then the `JOB-TOKEN` header, then the `job_token` query parameter.
+fn job_token(params: &Params, headers: &HeaderMap) -> Option<String> {
+    params
+        .token()
+        .or_else(|| header(headers, "job-token").map(str::to_string))
+        .or_else(|| params.string("job_token"))
+}
+
+/// The job token of a call whose body is not parameters (trace, artifacts); GitLab answers
+/// `403` without one.
+fn query_job_token(query: Option<&str>, headers: &HeaderMap) -> Result<String, ApiError> {
+    job_token(&Params::from_query(query), headers)
+        .ok_or_else(|| ApiError::Forbidden("no job token".into()))
+}
+
+/// Any relayed call for a job is a sign of life from the sidecar it was handed to: from now
+/// on the job is that sidecar's and is never offered to another (`core::acceptance`).
+fn signed_by_sidecar(app: &App, id: JobId, call: RelayedCall) {
+    record_event(app, id, call.event());
 }
 
 impl From<DeliveryError> for ApiError {
@@ -124,41 +143,33 @@ async fn respond(forwarded: Forwarded) -> Result<Response, ApiError> {
     Ok(response)
 }
 
-#[derive(Deserialize)]
-struct UpdateBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    state: Option<String>,
-}
-
 /// `PUT /api/v4/jobs/:id`: acceptance, keep-alive and final state.
 pub async fn update_job(
     State(app): State<Arc<App>>,
     Path(raw_id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = job_id(&raw_id)?;
     let bytes = read_limited(body, &headers, app.limits.update_bytes).await?;
-    let update: UpdateBody = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
-    let token = update
-        .token
-        .as_deref()
-        .filter(|t| !t.is_empty())
-        .or_else(|| header(&headers, "job-token"))
-        .ok_or_else(|| ApiError::Forbidden("no job token".into()))?;
-    let record = app.jobs.authorize(id, token)?;
+    // JSON as runners send it, or form, multipart or query parameters; the bytes go to GitLab
+    // unchanged, with the query.
+    let update = Params::parse(query.as_deref(), &headers, &bytes).await?;
+    update.hash("info")?;
+    // `PUT /jobs/:id` requires `token` (GitLab: 400 without it); the header is taken too.
+    let token = job_token(&update, &headers).ok_or(ApiError::TokenMissing)?;
+    let record = app.jobs.authorize(id, &token)?;
     note_job(&app, &record);
-    let state = update.state.as_deref().unwrap_or("");
+    let state = update.string("state").unwrap_or_default();
+    let state = state.as_str();
     let accepting = state == "running";
     let is_final = matches!(state, "success" | "failed");
-    if accepting {
-        // The sidecar has the job whatever GitLab says next: it leaves the hand-out queue now,
-        // and its update is itself an acknowledgement.
-        record_event(&app, id, JobEvent::Accepted);
-    } else {
+    // The sidecar has the job whatever GitLab says next, whatever state it sends: the job
+    // leaves the hand-out queue now.
+    signed_by_sidecar(&app, id, RelayedCall::Update);
+    if !accepting {
+        // A `running` update is itself an acknowledgement; anything else needs one first.
         app.delivery.ensure_acknowledged(id).await?;
     }
     let mut bytes = bytes;
@@ -176,7 +187,7 @@ pub async fn update_job(
         &app,
         Method::PUT,
         format!("/api/v4/jobs/{id}"),
-        None,
+        query,
         &headers,
         ForwardBody::Bytes(bytes),
         app.limits.call_timeout,
@@ -225,23 +236,19 @@ fn record_event(app: &App, id: JobId, event: JobEvent) {
     }
 }
 
-/// `(start, end)` of an inclusive `Content-Range: start-end`.
-fn content_range(headers: &HeaderMap) -> Result<(u64, u64), ApiError> {
-    let raw = header(headers, "content-range")
-        .ok_or_else(|| ApiError::BadRequest("Missing header Content-Range".into()))?;
-    let parse = || {
-        let (start, end) = raw.split_once('-')?;
-        Some((
-            start.trim().parse::<u64>().ok()?,
-            end.trim().parse::<u64>().ok()?,
-        ))
-    };
-    match parse() {
-        Some((start, end)) if end >= start => Ok((start, end)),
-        _ => Err(ApiError::BadRequest(format!(
-            "malformed Content-Range {raw:?}"
-        ))),
-    }
+/// The start of `Content-Range: start-end`, the only part GitLab reads (runner-protocol.md
+/// §5): it takes the text before the first `-` as Ruby's `to_i` does (leading digits, else 0)
+/// and computes the end itself, so an exclusive end (runners before v11.3) or an empty patch
+/// is fine. Only a missing header is refused (`400`).
+fn content_range_start(headers: &HeaderMap) -> Result<u64, ApiError> {
+    let raw = headers
+        .get("content-range")
+        .ok_or_else(|| ApiError::BadRequest("400 Missing header Content-Range".into()))?;
+    let text = String::from_utf8_lossy(raw.as_bytes());
+    let before = text.split('-').next().unwrap_or_default().trim_start();
+    let before = before.strip_prefix('+').unwrap_or(before);
+    let digits: String = before.chars().take_while(char::is_ascii_digit).collect();
+    Ok(digits.parse::<u64>().unwrap_or(0))
 }
 
 /// `PATCH /api/v4/jobs/:id/trace`: one trace chunk.
@@ -253,20 +260,17 @@ pub async fn patch_trace(
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = job_id(&raw_id)?;
-    let token = job_token(&headers)?;
-    let record = app.jobs.authorize(id, token)?;
+    let token = query_job_token(query.as_deref(), &headers)?;
+    let record = app.jobs.authorize(id, &token)?;
     note_job(&app, &record);
-    let (start, end) = content_range(&headers)?;
+    signed_by_sidecar(&app, id, RelayedCall::Trace);
+    let start = content_range_start(&headers)?;
     let bytes = read_limited(body, &headers, app.limits.trace_patch_bytes).await?;
-    if end - start + 1 != bytes.len() as u64 {
-        return Err(ApiError::BadRequest(format!(
-            "Content-Range {start}-{end} announces {} bytes, the body has {}",
-            end - start + 1,
-            bytes.len()
-        )));
-    }
+    // GitLab appends only at the stored length, and answers 202 when the stored length then
+    // equals start + body size, 416 otherwise: the second case is answered here.
     if let Some(length) = app.jobs.trace_length(id)
         && length != start
+        && start.saturating_add(bytes.len() as u64) != length
     {
         return Err(ApiError::RangeMismatch { start, length });
     }
@@ -300,9 +304,12 @@ pub async fn upload_artifacts(
     body: Body,
 ) -> Result<Response, ApiError> {
     let id = job_id(&raw_id)?;
-    let token = job_token(&headers)?;
-    let record = app.jobs.authorize(id, token)?;
+    // The token comes from the header or the query: GitLab's front end authorizes an upload
+    // before it reads the multipart body.
+    let token = query_job_token(query.as_deref(), &headers)?;
+    let record = app.jobs.authorize(id, &token)?;
     note_job(&app, &record);
+    signed_by_sidecar(&app, id, RelayedCall::ArtifactUpload);
     let stream = Box::pin(body.into_data_stream().map_err(std::io::Error::other));
     if app.delivery.gitlab_failing() {
         let content_type = header(&headers, "content-type")
@@ -342,8 +349,8 @@ pub async fn download_artifacts(
 ) -> Result<Response, ApiError> {
     let id = job_id(&raw_id)?;
     tracing::Span::current().record("job.id", id.0);
-    let token = job_token(&headers)?;
-    app.jobs.authorize_download(id, token)?;
+    let token = query_job_token(query.as_deref(), &headers)?;
+    app.jobs.authorize_download(id, &token)?;
     let forwarded = forward(
         &app,
         Method::GET,

@@ -6,42 +6,63 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::RawQuery;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::json;
 
 use super::body::{header, read_limited};
+use super::params::Params;
 use super::{ApiError, App};
 use crate::sidecars::Sidecar;
 
 /// The identity calls carry small JSON bodies; anything beyond this is not a runner talking.
 const IDENTITY_BODY_LIMIT: u64 = 64 * 1024;
 
-#[derive(Deserialize, Default)]
-struct TokenBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    description: Option<String>,
-}
-
-async fn token_body(headers: &HeaderMap, body: Body) -> Result<(TokenBody, String), ApiError> {
+/// The parameters of an identity call and its runner (or registration) token, from the
+/// parameters (query, JSON, form or multipart body) or else the `RUNNER-TOKEN` header.
+async fn identity(
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Params, String), ApiError> {
     let bytes = read_limited(body, headers, IDENTITY_BODY_LIMIT).await?;
-    let parsed: TokenBody = if bytes.is_empty() {
-        TokenBody::default()
-    } else {
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?
-    };
-    let token = parsed
-        .token
-        .clone()
-        .filter(|t| !t.is_empty())
+    let params = Params::parse(query, headers, &bytes).await?;
+    let token = params
+        .token()
         .or_else(|| header(headers, "runner-token").map(str::to_string))
         .ok_or(ApiError::TokenMissing)?;
-    Ok((parsed, token))
+    Ok((params, token))
+}
+
+/// The parameters `POST /runners` declares with a type, checked as Grape checks them.
+fn check_registration(params: &Params) -> Result<(), ApiError> {
+    // `info` is declared a Hash: an array is refused as Grape does.
+    params.hash("info")?;
+    let mut invalid = Vec::new();
+    for name in ["run_untagged", "locked", "paused", "active"] {
+        if let Err(e) = params.boolean(name) {
+            invalid.push(e.to_string());
+        }
+    }
+    if let Err(e) = params.list("tag_list") {
+        invalid.push(e.to_string());
+    }
+    if let Some(v) = params.get("maximum_timeout")
+        && !v.is_null()
+        && params
+            .string("maximum_timeout")
+            .and_then(|t| t.parse::<i64>().ok())
+            .is_none()
+    {
+        invalid.push("maximum_timeout is invalid".into());
+    }
+    if invalid.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(invalid.join(", ")))
+    }
 }
 
 fn authenticate(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
@@ -63,15 +84,19 @@ fn details(id: u64, token: &str) -> Json<serde_json::Value> {
 /// `POST /api/v4/runners`: registration with a pool's registration token.
 pub async fn register(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (parsed, registration_token) = token_body(&headers, body).await?;
+    let (params, registration_token) = identity(query.as_deref(), &headers, body).await?;
+    check_registration(&params)?;
     let pool = app
         .pool_for_registration(&registration_token)
         .ok_or_else(|| ApiError::Forbidden("unknown registration token".into()))?
         .to_string();
-    let description = parsed.description.map(|d| d.chars().take(255).collect());
+    let description = params
+        .string("description")
+        .map(|d| d.chars().take(255).collect());
     let (sidecar, token) = app
         .sidecars
         .register(&pool, description, None)
@@ -84,10 +109,11 @@ pub async fn register(
 /// `POST /api/v4/runners/verify`.
 pub async fn verify(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (_, token) = token_body(&headers, body).await?;
+    let (_, token) = identity(query.as_deref(), &headers, body).await?;
     let sidecar = authenticate(&app, &token)?;
     Ok((StatusCode::OK, details(sidecar.id().0, &token)).into_response())
 }
@@ -95,10 +121,11 @@ pub async fn verify(
 /// `DELETE /api/v4/runners`: the sidecar's token stops working.
 pub async fn unregister(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (_, token) = token_body(&headers, body).await?;
+    let (_, token) = identity(query.as_deref(), &headers, body).await?;
     let sidecar = authenticate(&app, &token)?;
     app.sidecars
         .revoke(&sidecar)
@@ -112,10 +139,11 @@ pub async fn unregister(
 /// keeps the runner, so the token stays valid here too.
 pub async fn unregister_manager(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (_, token) = token_body(&headers, body).await?;
+    let (_, token) = identity(query.as_deref(), &headers, body).await?;
     authenticate(&app, &token)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -123,10 +151,11 @@ pub async fn unregister_manager(
 /// `POST /api/v4/runners/reset_authentication_token`.
 pub async fn reset_token(
     State(app): State<Arc<App>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (_, token) = token_body(&headers, body).await?;
+    let (_, token) = identity(query.as_deref(), &headers, body).await?;
     let sidecar = authenticate(&app, &token)?;
     let new = app
         .sidecars

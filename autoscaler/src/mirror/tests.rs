@@ -19,6 +19,8 @@ use crate::secret::Secret;
 use crate::store::MemoryStore;
 use crate::upstream::fake::{FakeUpstream, Scripted};
 
+mod fidelity;
+
 const UPSTREAM_TOKEN_A: &str = "glrt-UPSTREAM-A-never-leaves";
 const UPSTREAM_TOKEN_B: &str = "glrt-UPSTREAM-B-never-leaves";
 
@@ -337,7 +339,8 @@ async fn job_calls_with_the_wrong_token_or_job_never_reach_gitlab() {
     let no_token = Request::put("/api/v4/jobs/60")
         .body(Body::from(r#"{"state":"running"}"#))
         .unwrap();
-    assert_eq!(h.call(no_token).await.status, StatusCode::FORBIDDEN);
+    // Grape: `token` is required on PUT.
+    assert_eq!(h.call(no_token).await.status, StatusCode::BAD_REQUEST);
     let malformed = Request::put("/api/v4/jobs/60")
         .header("job-token", "glcbt-job60")
         .body(Body::from("{"))
@@ -445,19 +448,8 @@ async fn trace_patches_are_checked_then_relayed() {
         .header("job-token", "glcbt-job80")
         .body(Body::from("ab"))
         .unwrap();
+    // Only a missing Content-Range is refused; its end is GitLab's to ignore (fidelity.rs).
     assert_eq!(h.call(no_range).await.status, StatusCode::BAD_REQUEST);
-    assert_eq!(
-        h.call(patch_trace(80, "glcbt-job80", "0-5", b"ab"))
-            .await
-            .status,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        h.call(patch_trace(80, "glcbt-job80", "x-y", b"ab"))
-            .await
-            .status,
-        StatusCode::BAD_REQUEST
-    );
     assert!(h.upstream.calls().is_empty());
 
     h.upstream.answer(Ok(Scripted::new(202)
@@ -471,8 +463,9 @@ async fn trace_patches_are_checked_then_relayed() {
     assert_eq!(call.headers["content-range"], "0-1");
     assert_eq!(call.body.as_ref(), b"ab");
 
-    // GitLab holds 2 bytes: a patch starting elsewhere is answered 416 with the length, locally.
-    let stale = h.call(patch_trace(80, "glcbt-job80", "0-1", b"ab")).await;
+    // GitLab holds 2 bytes: a patch starting elsewhere (and not repeating the tail) is answered
+    // 416 with the length, locally.
+    let stale = h.call(patch_trace(80, "glcbt-job80", "0-0", b"a")).await;
     assert_eq!(stale.status, StatusCode::RANGE_NOT_SATISFIABLE);
     assert_eq!(stale.headers["range"], "0-2");
     assert_eq!(h.upstream.calls().len(), 1);

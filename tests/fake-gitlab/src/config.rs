@@ -11,6 +11,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Runner tokens known from the start (more via `POST /control/runners`).
     pub runner_tokens: Vec<String>,
+    /// Registration tokens `POST /api/v4/runners` accepts (more via
+    /// `POST /control/registration_tokens`).
+    pub registration_tokens: Vec<String>,
     /// How long a job request whose `last_update` is current is held (Workhorse, §3.3).
     /// Zero disables holding, as a Workhorse without long polling.
     pub long_poll: Duration,
@@ -55,6 +58,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             runner_tokens: Vec::new(),
+            registration_tokens: Vec::new(),
             long_poll: Duration::from_secs(50),
             trace_update_interval: Duration::from_secs(3),
             two_phase_commit: false,

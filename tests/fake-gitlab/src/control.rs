@@ -33,6 +33,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/control/runners", post(add_runner).get(list_runners))
         .route("/control/runners/{token}", get(runner))
+        .route("/control/registration_tokens", post(add_registration_token))
         .route("/control/runners/{token}/orphaned", post(set_orphaned))
         .route("/control/jobs", post(enqueue).get(list_jobs))
         .route("/control/jobs/batch", post(enqueue_batch))
@@ -71,6 +72,19 @@ async fn add_runner(State(shared): State<Arc<Shared>>, body: Bytes) -> Response 
     }
     let view = shared.mutate(|s| s.add_runner(&new.token));
     (StatusCode::CREATED, Json(view)).into_response()
+}
+
+/// `POST /control/registration_tokens` `{"token": "..."}`: `POST /api/v4/runners` accepts it.
+async fn add_registration_token(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let new: NewRunner = match parse(&body) {
+        Ok(new) => new,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if new.token.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "token is missing");
+    }
+    shared.mutate(|s| s.add_registration_token(&new.token));
+    (StatusCode::CREATED, Json(json!({ "token": new.token }))).into_response()
 }
 
 async fn list_runners(State(shared): State<Arc<Shared>>) -> Json<Vec<RunnerView>> {

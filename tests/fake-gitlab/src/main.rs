@@ -26,6 +26,10 @@ struct Cli {
     /// A runner token to accept (repeatable; more via POST /control/runners).
     #[arg(long = "runner-token")]
     runner_tokens: Vec<String>,
+    /// A registration token for POST /api/v4/runners (repeatable; more via
+    /// POST /control/registration_tokens).
+    #[arg(long = "registration-token")]
+    registration_tokens: Vec<String>,
     /// How long a job request with a current `last_update` is held (0 = no long polling).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     long_poll: Duration,
@@ -75,6 +79,7 @@ impl Cli {
         Config {
             listen: self.listen,
             runner_tokens: self.runner_tokens,
+            registration_tokens: self.registration_tokens,
             long_poll: self.long_poll,
             trace_update_interval: self.trace_update_interval,
             two_phase_commit: self.two_phase_commit,

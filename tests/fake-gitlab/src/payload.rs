@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::control::{JobSpec, JobVariable};
+use crate::control::JobSpec;
 use crate::state::FAILURE_REASONS;
+
+mod variables;
+use variables::variables;
 
 /// `job_info` claims this GitLab version (only shown to jobs as `CI_SERVER_VERSION`).
 const SERVER_VERSION: (u32, u32, u32) = (18, 5, 0);
@@ -196,108 +199,11 @@ fn registry_host(server_url: &str) -> &str {
         .unwrap_or(server_url)
 }
 
-fn slug(value: &str) -> String {
-    let lowered: String = value
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect();
-    lowered.trim_matches('-').chars().take(63).collect()
-}
-
-/// The predefined `CI_*` set GitLab sends, then `GIT_STRATEGY=none` unless the spec has a
-/// repository, then the spec's own variables (later entries win in the runner).
-fn variables(input: &PayloadInput, server_url: &str, repo_url: &str) -> Vec<JobVariable> {
-    let spec = &input.spec;
-    let (scheme, authority) = server_url.split_once("://").unwrap_or(("http", server_url));
-    let authority = authority.split('/').next().unwrap_or(authority);
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) => (host, port.to_owned()),
-        None => (
-            authority,
-            if scheme == "https" { "443" } else { "80" }.to_owned(),
-        ),
-    };
-    let project_url = format!("{server_url}/{}", spec.project_path);
-    let namespace = spec
-        .project_path
-        .rsplit_once('/')
-        .map_or("", |(namespace, _)| namespace);
-    let root_namespace = spec.project_path.split('/').next().unwrap_or_default();
-    let (major, minor, patch) = SERVER_VERSION;
-    let short_sha: String = input.sha.chars().take(8).collect();
-
-    let public = |key: &str, value: String| JobVariable::new(key, value);
-    let secret = |key: &str, value: String, masked: bool| JobVariable {
-        public: false,
-        masked,
-        ..JobVariable::new(key, value)
-    };
-    let mut vars = vec![
-        public("CI", "true".into()),
-        public("GITLAB_CI", "true".into()),
-        public("CI_JOB_ID", input.job_id.to_string()),
-        public(
-            "CI_JOB_URL",
-            format!("{project_url}/-/jobs/{}", input.job_id),
-        ),
-        secret("CI_JOB_TOKEN", input.job_token.clone(), true),
-        public("CI_JOB_NAME", spec.name.clone()),
-        public("CI_JOB_NAME_SLUG", slug(&spec.name)),
-        public("CI_JOB_STAGE", spec.stage.clone()),
-        public("CI_NODE_TOTAL", "1".into()),
-        public("CI_SERVER_URL", server_url.to_owned()),
-        public("CI_SERVER_HOST", host.to_owned()),
-        public("CI_SERVER_PORT", port),
-        public("CI_SERVER_PROTOCOL", scheme.to_owned()),
-        public("CI_SERVER_FQDN", authority.to_owned()),
-        public("CI_SERVER_NAME", "GitLab".into()),
-        public("CI_SERVER_VERSION", format!("{major}.{minor}.{patch}")),
-        public("CI_SERVER_VERSION_MAJOR", major.to_string()),
-        public("CI_SERVER_VERSION_MINOR", minor.to_string()),
-        public("CI_SERVER_VERSION_PATCH", patch.to_string()),
-        public("CI_API_V4_URL", format!("{server_url}/api/v4")),
-        public("CI_API_GRAPHQL_URL", format!("{server_url}/api/graphql")),
-        public("CI_PROJECT_ID", spec.project_id.to_string()),
-        public(
-            "CI_PROJECT_NAME",
-            project_name(&spec.project_path).to_owned(),
-        ),
-        public("CI_PROJECT_PATH", spec.project_path.clone()),
-        public("CI_PROJECT_PATH_SLUG", slug(&spec.project_path)),
-        public("CI_PROJECT_NAMESPACE", namespace.to_owned()),
-        public("CI_PROJECT_ROOT_NAMESPACE", root_namespace.to_owned()),
-        public("CI_PROJECT_URL", project_url.clone()),
-        public("CI_PROJECT_VISIBILITY", "private".into()),
-        public("CI_DEFAULT_BRANCH", "main".into()),
-        secret("CI_REPOSITORY_URL", repo_url.to_owned(), false),
-        public("CI_PIPELINE_ID", input.pipeline_id.to_string()),
-        public("CI_PIPELINE_IID", input.pipeline_id.to_string()),
-        public("CI_PIPELINE_SOURCE", "push".into()),
-        public(
-            "CI_PIPELINE_URL",
-            format!("{project_url}/-/pipelines/{}", input.pipeline_id),
-        ),
-        public("CI_COMMIT_SHA", input.sha.clone()),
-        public("CI_COMMIT_SHORT_SHA", short_sha),
-        public("CI_COMMIT_BEFORE_SHA", "0".repeat(40)),
-        public("CI_COMMIT_REF_NAME", spec.git_ref.clone()),
-        public("CI_COMMIT_REF_SLUG", slug(&spec.git_ref)),
-        public("CI_COMMIT_BRANCH", spec.git_ref.clone()),
-        public("GITLAB_USER_ID", "1".into()),
-        public("GITLAB_USER_LOGIN", "root".into()),
-    ];
-    if spec.repo_url.is_none() {
-        vars.push(public("GIT_STRATEGY", "none".into()));
-    }
-    vars.extend(spec.variables.iter().cloned());
-    vars
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::control::ArtifactSpec;
+    use crate::control::JobVariable;
 
     fn input(spec: JobSpec) -> PayloadInput {
         PayloadInput {
@@ -409,6 +315,21 @@ mod tests {
         assert_eq!(var(&p, "CI_JOB_NAME").unwrap()["value"], "build");
         assert_eq!(var(&p, "CI_JOB_STAGE").unwrap()["value"], "test");
         assert_eq!(var(&p, "GIT_STRATEGY").unwrap()["value"], "none");
+        // What GitLab always sends and some runners cannot do without.
+        assert_eq!(
+            var(&p, "CI_CONFIG_PATH").unwrap()["value"],
+            ".gitlab-ci.yml"
+        );
+        assert_eq!(var(&p, "CI_PIPELINE_SOURCE").unwrap()["value"], "push");
+        assert!(var(&p, "CI_JOB_URL").is_some() && var(&p, "CI_PIPELINE_URL").is_some());
+        let started = var(&p, "CI_JOB_STARTED_AT").unwrap()["value"].clone();
+        assert_eq!(started.as_str().map(str::len), Some(20), "{started}");
+        assert_eq!(
+            variables::iso8601_utc(
+                std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_795_453_148)
+            ),
+            "2026-11-23T16:59:08Z"
+        );
         let keys: Vec<_> = p["variables"]
             .as_array()
             .unwrap()

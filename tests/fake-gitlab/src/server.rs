@@ -116,10 +116,14 @@ pub async fn start(config: Config) -> anyhow::Result<RunningServer> {
         .trim_end_matches('/')
         .to_owned();
     let runner_tokens = config.runner_tokens.clone();
+    let registration_tokens = config.registration_tokens.clone();
     let shared = Arc::new(Shared::new(config, server_url, data_dir));
     shared.mutate(|state| {
         for token in &runner_tokens {
             state.add_runner(token);
+        }
+        for token in &registration_tokens {
+            state.add_registration_token(token);
         }
     });
 
@@ -164,7 +168,27 @@ fn router(shared: Arc<Shared>) -> Router {
         Arc::clone(&shared),
         faults::observe,
     ));
-    observed.merge(control::routes()).with_state(shared)
+    let routes = observed.merge(control::routes()).with_state(shared);
+    // Grape ignores a trailing slash (`POST /api/v4/runners/`), so the routes see none.
+    Router::new().fallback_service(tower::ServiceExt::map_request(routes, trim_trailing_slash))
+}
+
+fn trim_trailing_slash<B>(mut request: axum::http::Request<B>) -> axum::http::Request<B> {
+    let path = request.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = match path.trim_end_matches('/') {
+            "" => "/",
+            other => other,
+        };
+        let rebuilt = match request.uri().query() {
+            Some(query) => format!("{trimmed}?{query}"),
+            None => trimmed.to_owned(),
+        };
+        if let Ok(uri) = rebuilt.parse() {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
 }
 
 async fn accept_loop(

@@ -73,20 +73,33 @@ fn has_cargo_subcommand(name: &str) -> bool {
 }
 
 /// Debian packages the tests and the demo use: `sshd` for the local provisioner's sandboxes,
-/// `jq` for the bash provisioner, `ssh`/`ssh-keygen` for checks.
+/// `jq` for the bash provisioner, `ssh`/`ssh-keygen` for checks, `git` for the repositories the
+/// independent python runner clones (`e2e/tests/independent.rs`).
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/sshd", "openssh-server"),
     ("/usr/bin/ssh", "openssh-client"),
     ("/usr/bin/jq", "jq"),
+    ("/usr/bin/git", "git"),
 ];
+
+/// Debian's `python3` makes virtual environments only with `python3-venv` (its `ensurepip`).
+fn python_venv_missing() -> bool {
+    !Command::new("python3")
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
 
 /// Installs the missing system packages with apt-get (as root, or through sudo).
 fn ensure_system_packages() -> Result<()> {
-    let missing: Vec<&str> = SYSTEM_PACKAGES
+    let mut missing: Vec<&str> = SYSTEM_PACKAGES
         .iter()
         .filter(|(path, _)| !std::path::Path::new(path).exists())
         .map(|(_, package)| *package)
         .collect();
+    if python_venv_missing() {
+        missing.push("python3-venv");
+    }
     if missing.is_empty() {
         return Ok(());
     }

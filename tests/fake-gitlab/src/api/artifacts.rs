@@ -1,6 +1,7 @@
 //! Artifact upload and download (runner-protocol.md §7), streamed to and from disk: an upload is never
 //! held in memory whole, so ~1 GiB chunked uploads are fine.
 
+use std::collections::HashMap;
 use std::path::Path as FsPath;
 use std::sync::Arc;
 
@@ -29,6 +30,10 @@ pub(super) struct UploadQuery {
     artifact_format: Option<String>,
     #[serde(default)]
     expire_in: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    job_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,26 +92,21 @@ pub(super) async fn upload(
     let Some(id) = parse_id(&id) else {
         return not_found();
     };
-    let Some(token) = header_str(&headers, JOB_TOKEN) else {
+    // Query `token` or `JOB-TOKEN` (Workhorse authorizes before it reads the body).
+    let Some(token) = query.token.clone().filter(|t| !t.is_empty()).or_else(|| {
+        header_str(&headers, JOB_TOKEN)
+            .map(str::to_owned)
+            .or_else(|| query.job_token.clone().filter(|t| !t.is_empty()))
+    }) else {
         return forbidden();
     };
-    if let Err(denied) = shared.read(|s| s.authorize_upload(id, token)) {
+    if let Err(denied) = shared.read(|s| s.authorize_upload(id, &token)) {
         return access_denied(denied);
     }
     let max = shared.config.max_artifact_size;
     let declared = header_str(&headers, header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > max) {
         return UploadError::TooLarge(max).into_response();
-    }
-    let artifact_type = query
-        .artifact_type
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "archive".to_owned());
-    if !valid_artifact_type(&artifact_type) {
-        return message(
-            StatusCode::BAD_REQUEST,
-            "400 Bad request - invalid artifact_type",
-        );
     }
     let Some(boundary) = header_str(&headers, header::CONTENT_TYPE)
         .and_then(|content_type| multer::parse_boundary(content_type).ok())
@@ -117,14 +117,36 @@ pub(super) async fn upload(
         );
     };
 
-    let received = match receive(&shared, body, boundary, max).await {
-        Ok(Some(received)) => received,
-        Ok(None) => return message(StatusCode::BAD_REQUEST, "400 Bad request - file is missing"),
+    let (received, fields) = match receive(&shared, body, boundary, max).await {
+        Ok((Some(received), fields)) => (received, fields),
+        Ok((None, _)) => {
+            return message(StatusCode::BAD_REQUEST, "400 Bad request - file is missing");
+        }
         Err(e) => {
             tracing::warn!(job.id = id, error = %e, "artifact upload failed");
             return e.into_response();
         }
     };
+    // Parameters come from the query or from text parts of the body (Rails reads both, the
+    // body winning); runners send them in the query, others as form fields.
+    let param = |name: &str, from_query: &Option<String>| {
+        fields
+            .get(name)
+            .cloned()
+            .or_else(|| from_query.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let artifact_type =
+        param("artifact_type", &query.artifact_type).unwrap_or_else(|| "archive".to_owned());
+    if !valid_artifact_type(&artifact_type) {
+        return message(
+            StatusCode::BAD_REQUEST,
+            "400 Bad request - invalid artifact_type",
+        );
+    }
+    let artifact_format =
+        param("artifact_format", &query.artifact_format).unwrap_or_else(|| "zip".to_owned());
+    let expire_in = param("expire_in", &query.expire_in);
 
     match shared.read(|s| s.upload_decision(id, &artifact_type, &received.sha256)) {
         UploadDecision::Identical => return created(),
@@ -149,13 +171,10 @@ pub(super) async fn upload(
     tracing::info!(job.id = id, %artifact_type, size = received.size, "artifact stored");
     let artifact = StoredArtifact {
         artifact_type,
-        artifact_format: query
-            .artifact_format
-            .filter(|f| !f.is_empty())
-            .unwrap_or_else(|| "zip".to_owned()),
+        artifact_format,
         filename: received.filename,
         size: received.size,
-        expire_in: query.expire_in.filter(|e| !e.is_empty()),
+        expire_in,
         path,
         sha256: received.sha256,
         storage_key: new_storage_key(),
@@ -168,16 +187,22 @@ fn created() -> Response {
     message(StatusCode::CREATED, "201 Created")
 }
 
-/// Streams the multipart body; the first `file` part goes to a temporary file, other parts
-/// (`metadata`, …) are read and ignored. `None` when there was no `file` part.
+/// Text parts of an upload (`artifact_type`, `artifact_format`, …) are small; larger ones are
+/// read and dropped.
+const FIELD_LIMIT: usize = 4 << 10;
+
+/// Streams the multipart body; the first `file` part goes to a temporary file, small text parts
+/// are kept by name, other parts (`metadata`, …) are read and ignored. No file when there was
+/// no `file` part.
 async fn receive(
     shared: &Shared,
     body: Body,
     boundary: String,
     max: u64,
-) -> Result<Option<ReceivedFile>, UploadError> {
+) -> Result<(Option<ReceivedFile>, HashMap<String, String>), UploadError> {
     let mut multipart = multer::Multipart::new(body.into_data_stream(), boundary);
     let mut received = None;
+    let mut fields = HashMap::new();
     while let Some(mut field) = multipart.next_field().await? {
         if received.is_none() && field.name() == Some("file") {
             let filename = field.file_name().unwrap_or("artifacts").to_owned();
@@ -204,11 +229,21 @@ async fn receive(
                 size,
                 sha256: hasher.finalize().into(),
             });
+        } else if field.file_name().is_none()
+            && let Some(name) = field.name().map(str::to_owned)
+        {
+            let mut text = Vec::new();
+            while let Some(chunk) = field.chunk().await? {
+                if text.len() + chunk.len() <= FIELD_LIMIT {
+                    text.extend_from_slice(&chunk);
+                }
+            }
+            fields.insert(name, String::from_utf8_lossy(&text).into_owned());
         } else {
             while field.chunk().await?.is_some() {}
         }
     }
-    Ok(received)
+    Ok((received, fields))
 }
 
 #[derive(Debug, Deserialize)]

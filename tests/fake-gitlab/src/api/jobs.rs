@@ -4,23 +4,20 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::Json;
-use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
-
+use super::params::{ParamError, Params, job_token};
 use super::runners::token_missing;
 use super::{
-    JOB_TOKEN, LAST_UPDATE, RUNNER_TOKEN, TRACE_UPDATE_INTERVAL, forbidden, header_str, message,
-    not_found, not_processing, parse_id, read_limited, update_interval_secs, with_header,
-    with_job_status,
+    LAST_UPDATE, RUNNER_TOKEN, TRACE_UPDATE_INTERVAL, forbidden, header_str, message, not_found,
+    not_processing, parse_id, read_limited, update_interval_secs, with_header, with_job_status,
 };
 use crate::payload;
 use crate::shared::Shared;
 use crate::state::{JobRequest, JobUpdate, UpdateReply};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 /// Workhorse reads at most 32 KiB of a job request (runner-protocol.md §3.1).
 const JOB_REQUEST_BODY_LIMIT: usize = 32 << 10;
@@ -28,24 +25,13 @@ const UPDATE_BODY_LIMIT: usize = 1 << 20;
 /// Workhorse marks the answers of a long-polling install.
 const BUILDS_POLLING: HeaderName = HeaderName::from_static("gitlab-ci-builds-polling");
 
-#[derive(Debug, Deserialize)]
-struct JobRequestBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    system_id: Option<String>,
-    #[serde(default)]
-    last_update: Option<String>,
-    #[serde(default)]
-    info: Option<serde_json::Value>,
-}
-
 pub(super) async fn request(
     State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut response = request_job(&shared, &headers, body).await;
+    let mut response = request_job(&shared, query.as_deref(), &headers, body).await;
     if !shared.config.long_poll.is_zero() {
         response
             .headers_mut()
@@ -54,7 +40,12 @@ pub(super) async fn request(
     response
 }
 
-async fn request_job(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> Response {
+async fn request_job(
+    shared: &Arc<Shared>,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let bytes = match read_limited(headers, body, JOB_REQUEST_BODY_LIMIT).await {
         Ok(bytes) => bytes,
         Err(super::ReadBodyError::TooLarge(_)) => {
@@ -65,27 +56,26 @@ async fn request_job(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> R
         }
         Err(e) => return message(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let parsed: JobRequestBody = match serde_json::from_slice(&bytes) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(json!({ "error": e.to_string() })),
-            )
-                .into_response();
-        }
+    // JSON as runners send it; a form, multipart body or query parameters work as in Grape.
+    let params = match Params::parse(query, headers, &bytes).await {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
     };
-    let Some(token) = parsed
-        .token
-        .filter(|t| !t.is_empty())
+    let info = match params.hash("info") {
+        Ok(info) => info,
+        Err(e) => return e.into_response(),
+    };
+    let Some(token) = params
+        .string("token")
         .or_else(|| header_str(headers, RUNNER_TOKEN).map(str::to_owned))
     else {
         return token_missing();
     };
+    let last_update = params.string("last_update");
     let request = JobRequest {
         token,
-        system_id: parsed.system_id.filter(|s| !s.is_empty()),
-        info: parsed.info,
+        system_id: params.string("system_id"),
+        info,
     };
     let Some(current) = shared.mutate(|s| s.record_request(&request)) else {
         return forbidden();
@@ -94,7 +84,7 @@ async fn request_job(shared: &Arc<Shared>, headers: &HeaderMap, body: Body) -> R
         return super::orphaned(status);
     }
 
-    if parsed.last_update.as_deref() == Some(current.as_str()) {
+    if last_update.as_deref() == Some(current.as_str()) {
         let long_poll = shared.config.long_poll;
         if long_poll.is_zero() {
             // Rails: the runner is up to date, nothing to look for.
@@ -140,35 +130,11 @@ fn no_job(last_update: Option<&str>) -> Response {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct UpdateBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    failure_reason: Option<String>,
-    #[serde(default)]
-    exit_code: Option<i64>,
-    /// Deprecated top-level copy of `output.checksum`.
-    #[serde(default)]
-    checksum: Option<String>,
-    #[serde(default)]
-    output: Option<UpdateOutput>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct UpdateOutput {
-    #[serde(default)]
-    checksum: Option<String>,
-    #[serde(default)]
-    bytesize: Option<u64>,
-}
-
 /// `PUT /api/v4/jobs/:id`. Every answer about an authenticated job carries `Job-Status`.
 pub(super) async fn update(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -179,34 +145,17 @@ pub(super) async fn update(
         Ok(bytes) => bytes,
         Err(e) => return message(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let parsed: UpdateBody = if bytes.iter().all(u8::is_ascii_whitespace) {
-        UpdateBody::default()
-    } else {
-        match serde_json::from_slice(&bytes) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    Json(json!({ "error": e.to_string() })),
-                )
-                    .into_response();
-            }
-        }
+    let params = match Params::parse(query.as_deref(), &headers, &bytes).await {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
     };
-    let Some(token) = parsed
-        .token
-        .filter(|t| !t.is_empty())
-        .or_else(|| header_str(&headers, JOB_TOKEN).map(str::to_owned))
-    else {
-        return forbidden();
+    let update = match update_params(&params) {
+        Ok(update) => update,
+        Err(e) => return e.into_response(),
     };
-    let output = parsed.output.unwrap_or_default();
-    let update = JobUpdate {
-        state: parsed.state.unwrap_or_default(),
-        failure_reason: parsed.failure_reason.filter(|r| !r.is_empty()),
-        exit_code: parsed.exit_code,
-        checksum: output.checksum.or(parsed.checksum),
-        bytesize: output.bytesize,
+    // `token` is required here (Grape: 400 without it); `JOB-TOKEN` is taken as well.
+    let Some(token) = job_token(&params, &headers) else {
+        return token_missing();
     };
     let reply = shared.mutate(|s| s.update_job(id, &token, &update, Instant::now()));
     if !matches!(
@@ -240,4 +189,31 @@ pub(super) async fn update(
             with_header(response, TRACE_UPDATE_INTERVAL, &backoff_secs.to_string())
         }
     }
+}
+
+/// The update's typed parameters (`exit_code` an Integer, `output` a Hash, as Grape declares).
+fn update_params(params: &Params) -> Result<JobUpdate, ParamError> {
+    let output = params.hash("output")?.unwrap_or_default();
+    params.hash("info")?;
+    let exit_code = match params.0.get("exit_code") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(_) => match params.string("exit_code").map(|c| c.parse::<i64>()) {
+            Some(Ok(code)) => Some(code),
+            _ => return Err(ParamError::Invalid("exit_code".to_owned())),
+        },
+    };
+    let output_str = |name: &str| {
+        output.get(name).and_then(|v| match v {
+            serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+    };
+    Ok(JobUpdate {
+        state: params.string("state").unwrap_or_default(),
+        failure_reason: params.string("failure_reason"),
+        exit_code,
+        checksum: output_str("checksum").or_else(|| params.string("checksum")),
+        bytesize: output_str("bytesize").and_then(|b| b.parse().ok()),
+    })
 }

@@ -2,6 +2,7 @@
 
 mod artifacts;
 mod jobs;
+mod params;
 mod runners;
 mod trace;
 
@@ -33,7 +34,10 @@ pub(crate) const TRACE_UPDATE_INTERVAL: HeaderName =
 pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/api/v4/runners/verify", post(runners::verify))
-        .route("/api/v4/runners", delete(runners::unregister))
+        .route(
+            "/api/v4/runners",
+            post(runners::register).delete(runners::unregister),
+        )
         .route(
             "/api/v4/runners/managers",
             delete(runners::unregister_manager),

@@ -1,51 +1,98 @@
-//! Runner identity calls: verify, unregister, router discovery (runner-protocol.md §2, §8).
+//! Runner identity calls: register, verify, unregister, router discovery (runner-protocol.md §2, §8).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::json;
 
+use super::params::{Params, invalid};
 use super::{RUNNER_TOKEN, forbidden, header_str, message, read_limited};
 use crate::shared::Shared;
-use crate::state::ManagerRemoval;
+use crate::state::{ManagerRemoval, Registration};
 
 const IDENTITY_BODY_LIMIT: usize = 64 << 10;
 
-#[derive(Debug, Default, Deserialize)]
-struct IdentityBody {
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(default)]
-    system_id: Option<String>,
-}
-
-/// The runner token from the JSON body or the `RUNNER-TOKEN` header, and the `system_id`.
-async fn identity(headers: &HeaderMap, body: Body) -> Result<(String, Option<String>), Response> {
+/// The parameters of an identity call (query, then a JSON, form or multipart body), its runner
+/// or registration token (parameter `token`, else `RUNNER-TOKEN`) and its `system_id`.
+async fn identity(
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Params, String, Option<String>), Response> {
     let bytes = read_limited(headers, body, IDENTITY_BODY_LIMIT)
         .await
         .map_err(|e| message(StatusCode::BAD_REQUEST, &e.to_string()))?;
-    let parsed: IdentityBody = if bytes.iter().all(u8::is_ascii_whitespace) {
-        IdentityBody::default()
-    } else {
-        serde_json::from_slice(&bytes).map_err(|e| {
-            (
-                StatusCode::BAD_REQUEST,
-                Json(json!({ "error": e.to_string() })),
-            )
-                .into_response()
-        })?
-    };
-    let token = parsed
-        .token
-        .filter(|t| !t.is_empty())
+    let params = Params::parse(query, headers, &bytes)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let token = params
+        .string("token")
         .or_else(|| header_str(headers, RUNNER_TOKEN).map(str::to_owned))
         .ok_or_else(token_missing)?;
-    Ok((token, parsed.system_id.filter(|s| !s.is_empty())))
+    let system_id = params.string("system_id");
+    Ok((params, token, system_id))
+}
+
+/// `POST /api/v4/runners`: registration with a registration token (GitLab's legacy flow).
+/// `201 {id, token, token_expires_at}` with a new `glrt-` token; unknown token `403`; the typed
+/// parameters checked as Grape checks them (`400 {"error": "x is invalid"}`).
+pub(super) async fn register(
+    State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (params, token, _) = match identity(query.as_deref(), &headers, body).await {
+        Ok(identity) => identity,
+        Err(response) => return response,
+    };
+    // `info` is declared a Hash here: an array (or a string) is refused.
+    if let Err(e) = params.hash("info") {
+        return e.into_response();
+    }
+    let mut errors = Vec::new();
+    for name in ["run_untagged", "locked", "paused", "active"] {
+        if let Err(e) = params.boolean(name) {
+            errors.push(e);
+        }
+    }
+    let tags = params.list("tag_list").unwrap_or_else(|e| {
+        errors.push(e);
+        Vec::new()
+    });
+    if params
+        .0
+        .get("maximum_timeout")
+        .is_some_and(|v| !v.is_null())
+        && params
+            .string("maximum_timeout")
+            .and_then(|t| t.parse::<i64>().ok())
+            .is_none()
+    {
+        errors.push("maximum_timeout is invalid".to_owned());
+    }
+    if !errors.is_empty() {
+        return invalid(&errors.join(", "));
+    }
+    let registration = Registration {
+        description: params.string("description"),
+        tags,
+    };
+    match shared.mutate(|s| s.register_runner(&token, registration)) {
+        Some((id, runner_token)) => {
+            tracing::info!(runner.id = id, "runner registered");
+            (
+                StatusCode::CREATED,
+                Json(json!({ "id": id, "token": runner_token, "token_expires_at": null })),
+            )
+                .into_response()
+        }
+        None => forbidden(),
+    }
 }
 
 /// Grape's answer to a missing required parameter.
@@ -61,10 +108,11 @@ pub(super) fn token_missing() -> Response {
 /// runner never schedules a token rotation, §2).
 pub(super) async fn verify(
     State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (token, system_id) = match identity(&headers, body).await {
+    let (_, token, system_id) = match identity(query.as_deref(), &headers, body).await {
         Ok(identity) => identity,
         Err(response) => return response,
     };
@@ -82,10 +130,11 @@ pub(super) async fn verify(
 /// `DELETE /api/v4/runners` (legacy): the runner is deleted, its token refused afterwards.
 pub(super) async fn unregister(
     State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (token, _) = match identity(&headers, body).await {
+    let (_, token, _) = match identity(query.as_deref(), &headers, body).await {
         Ok(identity) => identity,
         Err(response) => return response,
     };
@@ -99,10 +148,11 @@ pub(super) async fn unregister(
 /// `DELETE /api/v4/runners/managers`: forgets one runner manager (`system_id`).
 pub(super) async fn unregister_manager(
     State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (token, system_id) = match identity(&headers, body).await {
+    let (_, token, system_id) = match identity(query.as_deref(), &headers, body).await {
         Ok(identity) => identity,
         Err(response) => return response,
     };

@@ -3,39 +3,45 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::params::{Params, job_token};
 use super::{
-    JOB_TOKEN, ReadBodyError, TRACE_UPDATE_INTERVAL, forbidden, header_str, message, not_found,
-    not_processing, parse_id, read_limited, update_interval_secs, with_header, with_job_status,
+    ReadBodyError, TRACE_UPDATE_INTERVAL, forbidden, message, not_found, not_processing, parse_id,
+    read_limited, update_interval_secs, with_header, with_job_status,
 };
 use crate::control::JobStatus;
 use crate::shared::Shared;
 use crate::state::TraceReply;
 
-/// Only the start of `Content-Range: <start>-<end>` matters to GitLab; the answer's `Range`
-/// carries the stored length (the next offset).
+/// Only the start of `Content-Range: <start>-<end>` matters to GitLab: Rails splits the value
+/// at `-` and reads the first piece with Ruby's `to_i` (leading digits, else 0), and computes the
+/// end itself. So an exclusive end (runners before v11.3), an empty patch, even a value without
+/// digits are taken; only a missing header is refused. The answer's `Range` carries the stored
+/// length (the next offset).
 fn range_start(headers: &HeaderMap) -> Option<u64> {
-    let value = header_str(headers, header::CONTENT_RANGE)?;
-    let (start, end) = value.trim().split_once('-')?;
-    let start = start.trim().parse().ok()?;
-    end.trim().parse::<u64>().ok()?;
-    Some(start)
+    let value = headers.get(header::CONTENT_RANGE)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let first = text.split('-').next().unwrap_or_default().trim_start();
+    let first = first.strip_prefix('+').unwrap_or(first);
+    let digits: String = first.chars().take_while(char::is_ascii_digit).collect();
+    Some(digits.parse().unwrap_or(0))
 }
 
 pub(super) async fn append(
     State(shared): State<Arc<Shared>>,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let Some(id) = parse_id(&id) else {
         return not_found();
     };
-    // The job token comes from the header only on this endpoint.
-    let Some(token) = header_str(&headers, JOB_TOKEN).map(str::to_owned) else {
+    // `token` as a query parameter or the `JOB-TOKEN` header (the body is the trace itself).
+    let Some(token) = job_token(&Params::from_query(query.as_deref()), &headers) else {
         return forbidden();
     };
     let start = range_start(&headers);
@@ -90,8 +96,12 @@ mod tests {
     fn content_range_start() {
         assert_eq!(range_start(&headers("0-9")), Some(0));
         assert_eq!(range_start(&headers("10-19")), Some(10));
-        assert_eq!(range_start(&headers("bytes")), None);
-        assert_eq!(range_start(&headers("a-9")), None);
+        // Exclusive end, garbage and no end: only the start counts, `to_i` style.
+        assert_eq!(range_start(&headers("0-43")), Some(0));
+        assert_eq!(range_start(&headers("12x-3")), Some(12));
+        assert_eq!(range_start(&headers("bytes")), Some(0));
+        assert_eq!(range_start(&headers("a-9")), Some(0));
+        assert_eq!(range_start(&headers("")), Some(0));
         assert_eq!(range_start(&HeaderMap::new()), None);
     }
 }

@@ -119,6 +119,17 @@ impl Client {
         self.post_json("/runners", &body, StatusCode::CREATED).await
     }
 
+    /// `POST /control/registration_tokens`: `POST /api/v4/runners` accepts `token` from now on.
+    pub async fn add_registration_token(&self, token: &str) -> Result<(), ClientError> {
+        let body = NewRunner {
+            token: token.to_owned(),
+        };
+        let _: serde_json::Value = self
+            .post_json("/registration_tokens", &body, StatusCode::CREATED)
+            .await?;
+        Ok(())
+    }
+
     /// `POST /control/runners/:token/orphaned`: `Some(403 | 422)` makes GitLab answer the
     /// runner as orphaned, `None` heals it.
     pub async fn set_orphaned(&self, token: &str, status: Option<u16>) -> Result<(), ClientError> {

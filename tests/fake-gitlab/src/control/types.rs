@@ -275,6 +275,13 @@ pub struct RunnerView {
     pub system_ids: Vec<String>,
     /// The `info` object of the last job request.
     pub last_info: Option<serde_json::Value>,
+    /// `description` and `tag_list` of its registration (`POST /api/v4/runners`), as GitLab
+    /// stored them: a list, a comma-separated string, and of a form field given twice only the
+    /// last value (Rack).
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// Body of `POST /control/runners`.

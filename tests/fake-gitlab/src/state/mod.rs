@@ -2,6 +2,7 @@
 //! in as `now`. The server keeps one `State` behind a mutex and wakes waiters after each change.
 
 mod job;
+mod registration;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use crate::payload::{DependencyInput, PayloadInput};
 
 use job::Job;
 pub(crate) use job::{FAILURE_REASONS, JobUpdate, StoredArtifact, TraceReply, UpdateReply};
+pub(crate) use registration::Registration;
 
 #[derive(Debug)]
 struct Runner {
@@ -31,6 +33,9 @@ struct Runner {
     /// Set when the test makes the runner orphaned: job requests and verify are answered with
     /// this status and "Runner is orphaned" (403 or 422, after GitLab's `reject_orphaned_runners`).
     orphaned: Option<u16>,
+    /// What `POST /api/v4/runners` said about it (nothing for tokens added by the test).
+    description: Option<String>,
+    tags: Vec<String>,
 }
 
 impl Runner {
@@ -48,6 +53,8 @@ impl Runner {
             requests: self.requests,
             system_ids: self.system_ids.clone(),
             last_info: self.last_info.clone(),
+            description: self.description.clone(),
+            tags: self.tags.clone(),
         }
     }
 }
@@ -153,6 +160,8 @@ pub(crate) enum ManagerRemoval {
 #[derive(Debug)]
 pub(crate) struct State {
     runners: BTreeMap<String, Runner>,
+    /// Registration tokens `POST /api/v4/runners` accepts (GitLab's legacy registration).
+    registration_tokens: BTreeSet<String>,
     jobs: BTreeMap<u64, Job>,
     job_ids_by_token: HashMap<String, u64>,
     /// `/storage/<key>` → (job id, artifact type).
@@ -195,6 +204,7 @@ impl State {
     pub fn new(rules: Rules) -> Self {
         State {
             runners: BTreeMap::new(),
+            registration_tokens: BTreeSet::new(),
             jobs: BTreeMap::new(),
             job_ids_by_token: HashMap::new(),
             storage_keys: HashMap::new(),
@@ -224,6 +234,8 @@ impl State {
                     last_info: None,
                     pending: BTreeSet::new(),
                     orphaned: None,
+                    description: None,
+                    tags: Vec::new(),
                 }
             })
             .view(token)
