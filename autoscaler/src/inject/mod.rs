@@ -4,6 +4,7 @@
 //! and check it did not die on start.
 
 pub mod recipe;
+mod upload;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -74,6 +75,8 @@ pub struct Injector {
     pub concurrency: u32,
     /// The local file uploaded as the sidecar binary, and its SHA-256.
     binary: Option<(PathBuf, String)>,
+    /// The binary gzip-compressed, made at the first upload and shared by every machine.
+    compressed: std::sync::Arc<tokio::sync::OnceCell<std::sync::Arc<Vec<u8>>>>,
     /// With TLS on: the CA bundle to write on each machine.
     ca: Option<SidecarCa>,
 }
@@ -114,6 +117,7 @@ impl Injector {
             public_url,
             concurrency,
             binary,
+            compressed: std::sync::Arc::default(),
             ca: None,
         })
     }
@@ -213,70 +217,6 @@ impl Injector {
             });
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// Uploads the binary unless the machine already has it, and verifies what arrived.
-    async fn upload(&self, conn: &Connection) -> Result<(), InjectError> {
-        let (Some((local, sum)), Some(remote)) = (&self.binary, self.remote_binary()) else {
-            return Ok(());
-        };
-        let present = conn
-            .exec(
-                &format!("sha256sum {remote} 2>/dev/null"),
-                None,
-                COMMAND_TIMEOUT,
-            )
-            .await?;
-        if String::from_utf8_lossy(&present.stdout)
-            .split_whitespace()
-            .next()
-            == Some(sum.as_str())
-        {
-            tracing::debug!(%remote, "the machine already has the sidecar binary");
-            return Ok(());
-        }
-        let mut file =
-            tokio::fs::File::open(local)
-                .await
-                .map_err(|e| InjectError::LocalBinary {
-                    path: local.display().to_string(),
-                    detail: e.to_string(),
-                })?;
-        let tmp = format!("{remote}.upload");
-        let command = format!(
-            "mkdir -p {dir}/bin && cat > {tmp} && chmod 755 {tmp} && sha256sum {tmp}",
-            dir = self.config.remote_dir
-        );
-        let out = conn.exec(&command, Some(&mut file), UPLOAD_TIMEOUT).await?;
-        if !out.success() {
-            return Err(InjectError::Remote {
-                step: "uploading the sidecar binary",
-                status: out.status,
-                output: out.complaint(),
-            });
-        }
-        let got = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_string();
-        if &got != sum {
-            let _ = conn
-                .exec(&format!("rm -f {tmp}"), None, COMMAND_TIMEOUT)
-                .await;
-            return Err(InjectError::Corrupted {
-                expected: sum.clone(),
-                got,
-            });
-        }
-        self.run(
-            conn,
-            "installing the sidecar binary",
-            &format!("mv -f {tmp} {remote}"),
-            None,
-        )
-        .await?;
-        Ok(())
     }
 
     /// Installs and starts the sidecar named `name` with `token` on an open connection.
