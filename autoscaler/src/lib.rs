@@ -19,5 +19,6 @@ pub mod service;
 pub mod sidecars;
 pub mod ssh;
 pub mod store;
+pub mod systemd;
 pub mod telemetry;
 pub mod upstream;
