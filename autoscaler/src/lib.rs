@@ -19,6 +19,7 @@ pub mod service;
 pub mod sidecars;
 pub mod ssh;
 pub mod store;
+pub mod systemd;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

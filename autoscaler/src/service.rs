@@ -2,7 +2,8 @@
 //!
 //! Start: open the store, load jobs and sidecars, check each pool's upstream token, offer the
 //! jobs that were waiting for a sidecar, bind, then start one intake per pool and the
-//! maintenance loop.
+//! maintenance loop. systemd (`Type=notify`) hears each step through `systemd.rs`: ready once
+//! bound, stopping when the drain begins.
 //!
 //! Shutdown, on the first signal: stop asking GitLab for jobs (requests in flight complete and
 //! their jobs are stored), stop handing out jobs, keep relaying until every job that is with a
@@ -31,6 +32,7 @@ use crate::provisioner::ScriptProvisioner;
 use crate::sidecars::Sidecars;
 use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
+use crate::systemd::{self, Step};
 use crate::tls::{CertFiles, CertStore};
 use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
 
@@ -74,6 +76,7 @@ pub struct Shutdown {
 
 /// Runs the service until shutdown.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), ServiceError> {
+    systemd::notify(Step::Starting);
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.state.dir)?);
     let upstream: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(&config.upstream)?);
     run_with(config, store, upstream, Arc::new(SystemClock), shutdown).await
@@ -230,6 +233,8 @@ pub async fn run_with(
     }
     let mut server = crate::tls::serve(listener, certs, mirror::router(app), stop_server.clone())
         .map_err(ServiceError::Serve)?;
+    // Store loaded, both listeners bound and served: a supervisor may now count on us.
+    systemd::notify(Step::Ready { pools: pools.len() });
 
     let server_ended_early = tokio::select! {
         () = shutdown.graceful.cancelled() => None,
@@ -247,6 +252,9 @@ pub async fn run_with(
         };
     }
     tracing::info!("shutting down: no new jobs are taken; waiting for running jobs");
+    systemd::notify(Step::Draining {
+        jobs_with_sidecars: jobs.with_sidecars(),
+    });
     stop_intake.cancel();
     for pool in &pools {
         pool.queue.stop_handing_out();
@@ -272,6 +280,7 @@ pub async fn run_with(
         () = async { tasks.wait().await; let _ = (&mut server).await; } => {}
         () = shutdown.immediate.cancelled() => tracing::warn!("second signal: not waiting for calls in flight"),
     }
+    systemd::notify(Step::Flushing);
     store.durable().await?;
     tracing::info!(
         unfinished_jobs = jobs.unfinished(),

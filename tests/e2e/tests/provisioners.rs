@@ -43,8 +43,19 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// Runs the kit on `provisioner`, optionally as another user, and returns its report.
+/// Runs the kit on a local provisioner keeping its sandboxes under `root`, optionally as
+/// another user, and returns its report.
 fn run_kit(provisioner: &Path, root: &Path, as_user: Option<&str>) -> Result<(bool, String)> {
+    let env = [format!("LOCAL_ROOT={}", root.display())];
+    run_kit_with(provisioner, &env, as_user)
+}
+
+/// Runs the kit on `provisioner` with `env` (`KEY=VALUE`), optionally as another user.
+fn run_kit_with(
+    provisioner: &Path,
+    env: &[String],
+    as_user: Option<&str>,
+) -> Result<(bool, String)> {
     let autoscaler = binary("autoscaler")?;
     let mut command = match as_user {
         Some(user) => {
@@ -54,11 +65,10 @@ fn run_kit(provisioner: &Path, root: &Path, as_user: Option<&str>) -> Result<(bo
         }
         None => Command::new(&autoscaler),
     };
-    command
-        .args(["provisioner", "check"])
-        .arg(provisioner)
-        .arg("--env")
-        .arg(format!("LOCAL_ROOT={}", root.display()));
+    command.args(["provisioner", "check"]).arg(provisioner);
+    for variable in env {
+        command.arg("--env").arg(variable);
+    }
     let output = command.output().context("cannot run the conformance kit")?;
     let report = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
@@ -75,6 +85,34 @@ fn every_shipped_provisioner_passes_the_conformance_kit() -> Result<()> {
     for p in provisioners {
         let root = tempfile::tempdir()?;
         let (ok, report) = run_kit(&p, root.path(), None)?;
+        ensure!(
+            ok && report.contains("12 passed"),
+            "{}:\n{report}",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+/// The two examples of the provisioner guide (`provisioners/README.md`) do what it says.
+#[test]
+fn the_guide_example_provisioners_pass_the_conformance_kit() -> Result<()> {
+    for name in ["static-hosts-bash", "static-hosts-python"] {
+        let p = repo()
+            .join("provisioners/examples")
+            .join(name)
+            .join("provisioner");
+        let dir = tempfile::tempdir()?;
+        let hosts = dir.path().join("hosts");
+        std::fs::write(
+            &hosts,
+            "# name address port user\nbuild-1 192.0.2.10 22 runner\nbuild-2 192.0.2.11 2222 ci\n",
+        )?;
+        let env = [
+            format!("STATIC_HOSTS_FILE={}", hosts.display()),
+            format!("STATIC_HOSTS_STATE={}", dir.path().join("claims").display()),
+        ];
+        let (ok, report) = run_kit_with(&p, &env, None)?;
         ensure!(
             ok && report.contains("12 passed"),
             "{}:\n{report}",

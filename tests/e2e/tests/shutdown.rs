@@ -144,3 +144,64 @@ async fn a_second_signal_exits_at_once_and_the_next_start_carries_the_job_on() -
     );
     Ok(())
 }
+
+/// The systemd side of the protocol (`Type=notify` in `deploy/autoscaler.service`): `READY=1`
+/// only once the APIs answer, `STOPPING=1` with a draining status on the first SIGTERM, and a
+/// clean exit, all sent to the socket named by `NOTIFY_SOCKET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn systemd_hears_ready_once_bound_and_stopping_when_the_drain_begins() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    // A short long poll: the drain waits for job requests in flight to GitLab.
+    let gitlab = FakeGitLab::start(&["--long-poll", "2s"]).await?;
+    let pool = PoolSpec::new("default");
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let config = dir.path().join("autoscaler.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+             [state]\ndir = \"state\"\n[upstream]\nurl = \"{}\"\n\
+             [[pools]]\nname = \"default\"\nupstream_token = \"{}\"\n",
+            gitlab.url, pool.upstream_token
+        ),
+    )?;
+    let socket_path = dir.path().join("notify");
+    let socket = tokio::net::UnixDatagram::bind(&socket_path)?;
+    let mut command = tokio::process::Command::new(e2e::process::binary("autoscaler")?);
+    command
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path);
+    let (mut proc, urls) = e2e::process::Proc::spawn_announcing("autoscaler", command, 2).await?;
+
+    let ready = receive_until(&socket, "READY=1").await?;
+    ensure!(ready.contains("STATUS=ready: serving 1 pool"), "{ready:?}");
+    let health = reqwest::get(format!("{}/healthz", urls[1])).await?.status();
+    ensure!(health.is_success(), "ready, yet /healthz answers {health}");
+
+    proc.signal(Signal::SIGTERM)?;
+    let stopping = receive_until(&socket, "STOPPING=1").await?;
+    ensure!(stopping.contains("STATUS=draining"), "{stopping:?}");
+    let status = proc.wait(WITHIN).await?;
+    ensure!(status.success(), "graceful shutdown exits 0, got {status}");
+    let last = receive_until(&socket, "STATUS=stopping").await?;
+    ensure!(last.contains("writing the store"), "{last:?}");
+    Ok(())
+}
+
+/// Datagrams from the notification socket until one contains `wanted`; returns that one.
+async fn receive_until(socket: &tokio::net::UnixDatagram, wanted: &str) -> Result<String> {
+    let mut buffer = vec![0u8; 4096];
+    let mut seen = Vec::new();
+    loop {
+        let n = tokio::time::timeout(WITHIN, socket.recv(&mut buffer))
+            .await
+            .map_err(|_| anyhow::anyhow!("no {wanted:?} within {WITHIN:?}; got {seen:?}"))??;
+        let message = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        if message.contains(wanted) {
+            return Ok(message);
+        }
+        seen.push(message);
+    }
+}

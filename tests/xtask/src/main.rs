@@ -1,8 +1,8 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `test`: a check that no file points outside the repository, formatting, lints, a build of
-//!   every binary, every test, then a check that no process of a local machine outlived them
-//!   (the command CI runs);
+//!   every binary, the check of `deploy/` (`deploy/check`), every test, then a check that no
+//!   process of a local machine outlived them (the command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
 //! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`;
@@ -163,6 +163,8 @@ fn test(extra: &[String]) -> Result<()> {
     )?;
     // The end-to-end tests start the workspace's binaries as processes.
     run("cargo", &["build", "--workspace", "--bins"])?;
+    // The unit, the user data and the sample configurations in deploy/, against the binary.
+    run("bash", &["deploy/check"])?;
     let before = leftovers::before();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if has_cargo_subcommand("nextest") {
