@@ -109,17 +109,7 @@ impl CountingRig {
 
     /// Waits until the job's runner has sent its first trace (it is running on a machine).
     pub async fn wait_started(&self, id: u64) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            let view = self.gitlab.control.job(id).await?;
-            if view.trace_bytes > 0 {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("job {id} never started on a machine: {view:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.gitlab.wait_started(id, WITHIN).await
     }
 
     pub async fn trace(&self, id: u64) -> Result<String> {

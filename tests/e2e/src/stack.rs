@@ -39,6 +39,22 @@ impl FakeGitLab {
         Ok(Self { proc, url, control })
     }
 
+    /// Waits until job `id` has a trace: its runner started it on a machine. (Where GitLab runs
+    /// jobs from hand-out, `running` says only that the autoscaler took the job.)
+    pub async fn wait_started(&self, id: u64, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let view = self.control.job(id).await?;
+            if view.trace_bytes > 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("job {id} never started on a machine: {view:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Makes `token` a runner token GitLab knows (a pool's upstream token).
     pub async fn add_runner(&self, token: &str) -> Result<()> {
         self.control.add_runner(token).await?;

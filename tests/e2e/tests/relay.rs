@@ -306,11 +306,10 @@ async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_grace
     spec.after_script = vec!["echo after-script-ran".into()];
     let graceful = sys.enqueue(&spec).await?;
     let forced = sys.enqueue(&spec).await?;
-    sys.gitlab
-        .control
-        .wait_running(graceful, JOB_TIMEOUT)
-        .await?;
-    sys.gitlab.control.wait_running(forced, JOB_TIMEOUT).await?;
+    // Started on their sidecars (running at GitLab alone means only that the autoscaler took
+    // them: GitLab runs jobs from hand-out).
+    sys.gitlab.wait_started(graceful, JOB_TIMEOUT).await?;
+    sys.gitlab.wait_started(forced, JOB_TIMEOUT).await?;
 
     // The autoscaler advertises the sidecars' `cancel_gracefully`, so GitLab cancels gracefully.
     assert_eq!(

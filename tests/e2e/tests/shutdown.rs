@@ -78,7 +78,8 @@ impl Rig {
 async fn sigterm_stops_intake_and_lets_the_running_job_finish_before_exiting() -> Result<()> {
     let mut r = rig().await?;
     let running = r.gated_job().await?;
-    r.gitlab.control.wait_running(running, WITHIN).await?;
+    // On its sidecar: GitLab shows a job running as soon as the autoscaler took it.
+    r.gitlab.wait_started(running, WITHIN).await?;
     let waiting = r
         .gitlab
         .control
@@ -115,7 +116,7 @@ async fn sigterm_stops_intake_and_lets_the_running_job_finish_before_exiting() -
 async fn a_second_signal_exits_at_once_and_the_next_start_carries_the_job_on() -> Result<()> {
     let mut r = rig().await?;
     let job = r.gated_job().await?;
-    r.gitlab.control.wait_running(job, WITHIN).await?;
+    r.gitlab.wait_started(job, WITHIN).await?;
 
     r.autoscaler.proc.signal(Signal::SIGTERM)?;
     r.autoscaler.wait_draining(WITHIN).await?;
