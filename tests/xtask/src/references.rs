@@ -1,7 +1,7 @@
 //! The repository must stand on its own: no file may point outside it. This check reads every
 //! tracked text file and fails on
-//! - paths that leave the repository (`../shared`, absolute `/work/` paths) or name notes that
-//!   live outside it;
+//! - paths that leave the repository (a parent directory's `shared` folder, absolute paths of
+//!   the workplace) or name notes that live outside it;
 //! - relative Markdown links whose target does not exist;
 //! - `runner-protocol.md §N` references to a section the protocol notes do not have.
 
@@ -11,14 +11,15 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Strings that only appear when a file points outside the repository.
-const OUTSIDE: &[&str] = &[
-    "../shared",
-    "/work/",
-    "runner-api.md",
-    "protocol-audit.md",
-    "anchors.md",
-    "design.md",
+/// Strings that only appear when a file points outside the repository, each written in two
+/// parts so that this file does not match itself.
+const OUTSIDE: &[[&str; 2]] = &[
+    ["../", "shared"],
+    ["/wo", "rk/"],
+    ["runner-api", ".md"],
+    ["protocol-audit", ".md"],
+    ["anchors", ".md"],
+    ["design", ".md"],
 ];
 
 const PROTOCOL_NOTES: &str = "api-spec/runner-protocol.md";
@@ -31,9 +32,6 @@ pub fn check(root: &Path) -> Result<()> {
         let Ok(text) = std::fs::read_to_string(root.join(file)) else {
             continue; // binary or unreadable: nothing to point anywhere
         };
-        if file.ends_with("references.rs") {
-            continue; // this file names the patterns it looks for
-        }
         check_file(root, file, &text, &sections, &mut problems);
     }
     if problems.is_empty() {
@@ -61,8 +59,9 @@ fn check_file(
 ) {
     for (number, line) in text.lines().enumerate() {
         let at = format!("{}:{}", file.display(), number + 1);
-        for pattern in OUTSIDE {
-            if line.contains(pattern) {
+        for [head, tail] in OUTSIDE {
+            let pattern = format!("{head}{tail}");
+            if line.contains(&pattern) {
                 problems.push(format!("{at}: names `{pattern}`"));
             }
         }
