@@ -104,6 +104,13 @@ async fn error_message(mut body: ByteStream) -> String {
         .unwrap_or(text)
 }
 
+/// Keeps only the entries of `map` for the jobs in `keep`.
+fn forget_others<V>(map: &Mutex<HashMap<JobId, V>>, keep: &std::collections::HashSet<JobId>) {
+    map.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|id, _| keep.contains(id));
+}
+
 fn job_status(headers: &HeaderMap) -> Option<String> {
     headers
         .get("job-status")
@@ -279,21 +286,12 @@ impl Delivery {
     pub async fn deliver_owed(&self, ack_grace: Millis) {
         let now = self.clock.now();
         let owing = self.jobs.owing(ack_grace);
-        {
-            let mut retries = self
-                .retries
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            retries.retain(|id, _| owing.iter().any(|r| r.id == *id));
-            self.job_statuses
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|id, _| owing.iter().any(|r| r.id == *id));
-            self.contacts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .retain(|id, _| owing.iter().any(|r| r.id == *id));
-        }
+        // Forget what was kept for jobs no longer owed anything (every waiting job is owed
+        // keep-alives, so this set can be large: one lookup per entry).
+        let owed: std::collections::HashSet<JobId> = owing.iter().map(|r| r.id).collect();
+        forget_others(&self.retries, &owed);
+        forget_others(&self.job_statuses, &owed);
+        forget_others(&self.contacts, &owed);
         for record in owing {
             let due = self
                 .retries

@@ -68,13 +68,6 @@ impl Delivery {
         Ok(())
     }
 
-    /// Uploads the job's spooled artifacts, in order.
-    pub async fn upload_spooled(&self, id: JobId) -> Result<(), DeliveryError> {
-        let turn = self.turn(id);
-        let _turn = turn.lock().await;
-        self.upload_spooled_locked(id).await
-    }
-
     /// Whether the job still has spooled uploads; if so, makes sure they are on their way in
     /// the background (the caller answers the runner's final update `202` meanwhile). The turn
     /// is taken before this returns, so the upload cannot be overtaken by the final state.
