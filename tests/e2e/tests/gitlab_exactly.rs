@@ -134,20 +134,29 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     let r = rig(
         mode.args(),
         "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"",
-        "create_rate = 0.1\ncreate_burst = 1",
+        "create_rate = 0.05\ncreate_burst = 1",
         &[],
     )
     .await?;
-    let busy = r.enqueue(r.job(&["sleep 8", "echo busy"])).await?;
+    // The busy job holds the only machine the throttle allows for 20 s; the other job is taken
+    // once it runs, so that it is the one waiting.
+    let busy = r.enqueue(r.job(&["echo busy", "sleep 20"])).await?;
+    r.wait_started(busy).await?;
+    let before = r
+        .gitlab
+        .control
+        .stats()
+        .await?
+        .count("PUT /api/v4/jobs/:id", "200");
     let waiting = r.enqueue(r.job(&["echo must not run"])).await?;
-    // Taken by the autoscaler, waiting for a second machine, and confirmed once already: the
+    // Taken by the autoscaler, waiting for a second machine, and confirmed already: the
     // cancel must be found by a later keep-alive.
     r.wait_taken(waiting).await?;
-    wait_keepalives(&r, 2).await?;
+    wait_keepalives(&r, before + 2).await?;
     r.gitlab.control.cancel(waiting).await?;
     // Dropped within a keep-alive or two, while the other job still holds the only machine.
-    // The busy job runs for 8 s after its machine is ready: the only job that can have ended
-    // this soon is the canceled one.
+    // The busy job runs for 20 s: the only job that can have ended this soon is the canceled
+    // one.
     r.wait_pool("the canceled job dropped", Duration::from_secs(5), |p| {
         p.jobs.get("finished").copied().unwrap_or(0) == 1
     })
@@ -164,7 +173,7 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     );
     let view = r.gitlab.control.wait_final(busy, WITHIN).await?;
     ensure_success(&view, &r.trace(busy).await?)?;
-    // The throttle opened (10 s) while the busy job ran; its machine then retired (used once):
+    // The throttle opened (20 s) while the busy job ran; its machine then retired (used once):
     // nothing was made for the canceled job.
     let machines = r
         .autoscaler
