@@ -104,7 +104,17 @@ mod tests {
             .env_remove("AUTOSCALER_LOCAL_MACHINE")
             .spawn()
             .unwrap();
-        let found = marked();
+        // The kernel may show a just-spawned child before its new environment is readable
+        // (seen once in CI): look again for a while, as `check` does, before judging.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let found = loop {
+            let found = marked();
+            let seen = found.iter().any(|(pid, _, _)| *pid == marked_child.id());
+            if seen || Instant::now() >= deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         let _ = marked_child.kill();
         let _ = plain_child.kill();
         let _ = marked_child.wait();
@@ -114,7 +124,9 @@ mod tests {
                 .iter()
                 .any(|(pid, machine, command)| *pid == marked_child.id()
                     && machine == "local-test-1"
-                    && command == "sleep 30")
+                    && command == "sleep 30"),
+            "marked child {} not among {found:?}",
+            marked_child.id()
         );
         assert!(!found.iter().any(|(pid, _, _)| *pid == plain_child.id()));
     }
