@@ -121,7 +121,7 @@ async fn machines(
     Query(q): Query<MachineQuery>,
 ) -> impl axum::response::IntoResponse {
     if let Some(after) = q.after {
-        let deadline = tokio::time::Instant::now()
+        let deadline = crate::clock::monotonic()
             + std::time::Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(300_000));
         let mut watchers: Vec<_> = admin.machines.values().map(|m| m.subscribe()).collect();
         while version(&admin) <= after && !watchers.is_empty() {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use tokio::time::Instant;
+
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -76,19 +76,19 @@ impl Intake {
             let mut changes = self.pool.queue.subscribe();
             let mut jobs_changed = self.jobs.subscribe();
             let mut in_flight: JoinSet<Round> = JoinSet::new();
-            let mut not_before = Instant::now();
+            let mut not_before = crate::clock::monotonic();
             let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
             let mut failing = false;
             loop {
                 let want = self.want();
-                while !stop.is_cancelled() && in_flight.len() < want && Instant::now() >= not_before {
+                while !stop.is_cancelled() && in_flight.len() < want && crate::clock::monotonic() >= not_before {
                     let this = self.clone();
                     in_flight.spawn(async move { this.one_request().await }.in_current_span());
                 }
                 if stop.is_cancelled() && in_flight.is_empty() {
                     break;
                 }
-                let backing_off = in_flight.len() < want && Instant::now() < not_before;
+                let backing_off = in_flight.len() < want && crate::clock::monotonic() < not_before;
                 tokio::select! {
                     () = stop.cancelled(), if !stop.is_cancelled() => {}
                     Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
@@ -97,7 +97,7 @@ impl Intake {
                             Err(e) => Round::Failed { retry_after: None, reason: format!("request task failed: {e}") },
                         };
                         let pause = self.pace(round, &mut backoff, &mut failing);
-                        not_before = not_before.max(Instant::now() + pause);
+                        not_before = not_before.max(crate::clock::monotonic() + pause);
                     }
                     _ = changes.changed() => {}
                     _ = jobs_changed.changed() => {}

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod inject;
 pub mod intake;
 pub mod jobs;
+pub mod launcher;
 pub mod machines;
 pub mod mirror;
 pub mod pools;

@@ -25,6 +25,7 @@ use crate::delivery::Delivery;
 use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
 use crate::jobs::Jobs;
+use crate::launcher::SshLauncher;
 use crate::machines::{ControllerSettings, MachinesSettings, PoolController, PoolMachines};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
@@ -351,7 +352,7 @@ fn machine_controllers(
         }));
         let controller = PoolController::new(
             machines,
-            injector,
+            Arc::new(SshLauncher::new(injector)),
             sidecars.clone(),
             jobs.clone(),
             pool.queue.clone(),
@@ -409,7 +410,7 @@ fn announce(url: &str, admin: Option<std::net::SocketAddr>) {
 
 /// Waits until no job is with a sidecar, `grace` has passed, or `immediate` fires.
 async fn drain(jobs: &Jobs, grace: Duration, immediate: &CancellationToken) {
-    let deadline = tokio::time::Instant::now() + grace;
+    let deadline = crate::clock::monotonic() + grace;
     let mut changes = jobs.subscribe();
     loop {
         let remaining = jobs.with_sidecars();

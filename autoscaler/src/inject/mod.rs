@@ -7,7 +7,7 @@ pub mod recipe;
 mod upload;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -158,12 +158,13 @@ impl Injector {
     }
 
     /// Connects to `target`, retrying refused or timed-out connections (the machine may still
-    /// be booting) until `deadline`. A wrong host key is never retried.
+    /// be booting) for at most `within`. A wrong host key is never retried.
     pub async fn connect(
         &self,
         target: &Target,
-        deadline: Instant,
+        within: Duration,
     ) -> Result<Connection, InjectError> {
+        let deadline = crate::clock::monotonic() + within;
         let mut wait = Duration::from_millis(250);
         loop {
             match Connection::open(target, &self.key, CONNECT_TIMEOUT).await {
@@ -171,7 +172,7 @@ impl Injector {
                 Err(e @ (SshError::HostKeyMismatch { .. } | SshError::Key { .. })) => {
                     return Err(e.into());
                 }
-                Err(e) if Instant::now() + wait >= deadline => return Err(e.into()),
+                Err(e) if crate::clock::monotonic() + wait >= deadline => return Err(e.into()),
                 Err(e) => {
                     tracing::debug!(target = %target, error = %e, "machine not reachable yet");
                     tokio::time::sleep(wait).await;

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -18,10 +18,9 @@ use crate::core::scaler::{self, MachineView, PlanInput};
 use crate::core::schedule::PolicyEntry;
 use crate::core::{JobId, SidecarId};
 use crate::dispatch::{PoolQueue, SlotGate};
-use crate::inject::Injector;
 use crate::jobs::Jobs;
+use crate::launcher::{LaunchTarget, SidecarLauncher};
 use crate::sidecars::Sidecars;
-use crate::ssh::Target;
 use crate::store::{HostKey, HostKeySource, MachineRecord};
 
 /// How often the loop runs without being woken.
@@ -34,7 +33,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct PoolController {
     pub machines: Arc<PoolMachines>,
-    pub(super) injector: Injector,
+    pub(super) launcher: Arc<dyn SidecarLauncher>,
     pub(super) sidecars: Arc<Sidecars>,
     pub(super) jobs: Arc<Jobs>,
     pub(super) queue: Arc<PoolQueue>,
@@ -45,6 +44,8 @@ pub struct PoolController {
     reconcile_interval: Duration,
     ready_timeout: Duration,
     pub(super) silence_timeout: Duration,
+    /// When the provisioner was last asked what exists (service clock).
+    last_reconcile: Mutex<Option<crate::core::Millis>>,
     /// Machines with an injection in flight.
     injecting: Mutex<HashSet<String>>,
     /// Machines being torn down.
@@ -70,7 +71,7 @@ pub(super) fn ms(d: Duration) -> u64 {
 impl PoolController {
     pub fn new(
         machines: Arc<PoolMachines>,
-        injector: Injector,
+        launcher: Arc<dyn SidecarLauncher>,
         sidecars: Arc<Sidecars>,
         jobs: Arc<Jobs>,
         queue: Arc<PoolQueue>,
@@ -78,7 +79,7 @@ impl PoolController {
     ) -> Arc<Self> {
         Arc::new(Self {
             machines,
-            injector,
+            launcher,
             sidecars,
             jobs,
             queue,
@@ -88,6 +89,7 @@ impl PoolController {
             reconcile_interval: settings.reconcile_interval,
             ready_timeout: settings.ready_timeout,
             silence_timeout: settings.silence_timeout,
+            last_reconcile: Mutex::new(None),
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
@@ -105,23 +107,12 @@ impl PoolController {
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut jobs_changed = self.jobs.subscribe();
         let mut machines_changed = self.machines.subscribe();
-        let mut last_reconcile: Option<Instant> = None;
         loop {
-            if last_reconcile.is_none_or(|t| t.elapsed() >= self.reconcile_interval) {
-                let started = Instant::now();
-                match self.machines.reconcile().await {
-                    Ok(reclaims) => reclaims.iter().for_each(|r| self.reclaim(r)),
-                    Err(e) => {
-                        tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed")
-                    }
-                }
-                self.machines.record_timing(true, started.elapsed());
-                last_reconcile = Some(Instant::now());
-            }
+            self.reconcile_if_due().await;
             if stop.is_cancelled() {
                 break;
             }
-            let started = Instant::now();
+            let started = crate::clock::monotonic();
             self.clone().pass().await;
             self.machines.record_timing(false, started.elapsed());
             tokio::select! {
@@ -134,10 +125,44 @@ impl PoolController {
             // every machine, and a region has thousands.
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep_until(tokio::time::Instant::from_std(started + PASS_GAP)) => {}
+                () = tokio::time::sleep_until(started + PASS_GAP) => {}
             }
         }
         tracing::debug!(pool = %self.pool(), "pool controller stopped");
+    }
+
+    /// Asks the provisioner what exists when `reconcile_interval` has passed since the last
+    /// time (on the service's clock, so that tests move it).
+    async fn reconcile_if_due(&self) {
+        let now = self.machines.now();
+        let due = self
+            .last_reconcile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none_or(|at| now.saturating_sub(at) >= ms(self.reconcile_interval));
+        if !due {
+            return;
+        }
+        let started = crate::clock::monotonic();
+        match self.machines.reconcile().await {
+            Ok(reclaims) => reclaims.iter().for_each(|r| self.reclaim(r)),
+            Err(e) => {
+                tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed")
+            }
+        }
+        self.machines.record_timing(true, started.elapsed());
+        *self
+            .last_reconcile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.machines.now());
+    }
+
+    /// One turn of the loop, for tests that drive the controller by hand: reconcile when due,
+    /// then a pass.
+    #[cfg(test)]
+    pub(super) async fn step(self: &Arc<Self>) {
+        self.reconcile_if_due().await;
+        self.clone().pass().await;
     }
 
     /// A machine the provider takes back: its jobs first (unstarted ones to other machines,
@@ -308,24 +333,10 @@ impl PoolController {
 
     /// Stops the sidecar (best effort), revokes its token, destroys the machine.
     async fn teardown(&self, m: &MachineRecord) {
-        if let Some(endpoint) = &m.endpoint
+        if let Some(target) = launch_target(m)
             && m.sidecar.is_some()
         {
-            let target = Target {
-                host: endpoint.host.clone(),
-                port: endpoint.port,
-                user: endpoint.user.clone(),
-                host_key: m.host_key.as_ref().map(|h| h.key.clone()),
-            };
-            let stop = async {
-                let conn = self
-                    .injector
-                    .connect(&target, Instant::now() + STOP_TIMEOUT)
-                    .await?;
-                let result = self.injector.stop(&conn).await;
-                conn.close().await;
-                result
-            };
+            let stop = self.launcher.stop(&target, STOP_TIMEOUT);
             if let Err(e) = tokio::time::timeout(STOP_TIMEOUT, stop)
                 .await
                 .unwrap_or(Ok(()))
@@ -395,26 +406,19 @@ impl PoolController {
         tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
-    /// SSH in, check readiness, give the machine its own sidecar token, start the sidecar.
+    /// Reach the machine, check readiness, give it its own sidecar token, start the sidecar.
     async fn inject(&self, id: &str) -> Result<(), String> {
         let m = self.machines.get(id).ok_or("the machine vanished")?;
-        let endpoint = m.endpoint.clone().ok_or("the provider gave no address")?;
-        let target = Target {
-            host: endpoint.host,
-            port: endpoint.port,
-            user: endpoint.user,
-            host_key: m.host_key.as_ref().map(|h| h.key.clone()),
-        };
-        let deadline = Instant::now() + self.ready_timeout;
-        let conn = self
-            .injector
-            .connect(&target, deadline)
+        let target = launch_target(&m).ok_or("the provider gave no address")?;
+        let session = self
+            .launcher
+            .open(&target, self.ready_timeout)
             .await
             .map_err(|e| e.to_string())?;
         let step = async {
             if m.host_key.is_none() {
                 let pinned = HostKey {
-                    key: conn.host_key.clone(),
+                    key: session.host_key().to_string(),
                     source: HostKeySource::FirstConnection,
                 };
                 tracing::info!(pool = %self.pool(), machine.id = %id, host_key = %pinned.key, "host key recorded on first connection; required from now on");
@@ -422,12 +426,9 @@ impl PoolController {
                     .update(id, |r| r.host_key = Some(pinned))
                     .map_err(|e| e.to_string())?;
             }
-            self.injector
-                .ready(&conn)
-                .await
-                .map_err(|e| e.to_string())?;
+            session.ready().await.map_err(|e| e.to_string())?;
             self.machines
-                .apply(id, MachineEvent::Reachable, "reachable over SSH")
+                .apply(id, MachineEvent::Reachable, "reachable")
                 .map_err(|e| e.to_string())?;
             let (sidecar, token) = self
                 .sidecars
@@ -441,18 +442,26 @@ impl PoolController {
             self.machines
                 .update(id, |r| r.sidecar = Some(sidecar.id()))
                 .map_err(|e| e.to_string())?;
-            let pid = self
-                .injector
-                .start(&conn, id, &token)
-                .await
-                .map_err(|e| e.to_string())?;
+            let pid = session.start(id, &token).await.map_err(|e| e.to_string())?;
             tracing::info!(pool = %self.pool(), machine.id = %id, sidecar.id = %sidecar.id(), pid, "sidecar started; waiting for its first job request");
             Ok::<(), String>(())
         };
         let result = step.await;
-        conn.close().await;
+        session.close().await;
         result
     }
+}
+
+/// How to reach a machine, when the provider has said where it is.
+pub(super) fn launch_target(m: &MachineRecord) -> Option<LaunchTarget> {
+    let endpoint = m.endpoint.as_ref()?;
+    Some(LaunchTarget {
+        machine_id: m.id.clone(),
+        host: endpoint.host.clone(),
+        port: endpoint.port,
+        user: endpoint.user.clone(),
+        host_key: m.host_key.as_ref().map(|h| h.key.clone()),
+    })
 }
 
 impl SlotGate for PoolController {

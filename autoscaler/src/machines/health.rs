@@ -9,16 +9,15 @@
 //! rerun them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::controller::PoolController;
-use crate::ssh::Target;
-
-/// How long a probe of a silent machine may take.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 use crate::core::SidecarId;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::store::MachineRecord;
+
+/// How long a probe of a silent machine may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl PoolController {
     /// How long a serving machine's sidecar has been silent, if past the bound.
@@ -82,24 +81,11 @@ impl PoolController {
     }
 
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
-        let endpoint = m.endpoint.as_ref().ok_or("it has no address")?;
-        let target = Target {
-            host: endpoint.host.clone(),
-            port: endpoint.port,
-            user: endpoint.user.clone(),
-            host_key: m.host_key.as_ref().map(|h| h.key.clone()),
-        };
-        let conn = self
-            .injector
-            .connect(&target, Instant::now() + PROBE_TIMEOUT)
-            .await
-            .map_err(|e| format!("SSH unreachable: {e}"))?;
-        let alive = self.injector.sidecar_alive(&conn).await;
-        conn.close().await;
-        match alive {
+        let target = super::controller::launch_target(m).ok_or("it has no address")?;
+        match self.launcher.alive(&target, PROBE_TIMEOUT).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("its sidecar process is gone".into()),
-            Err(e) => Err(format!("cannot check its sidecar: {e}")),
+            Err(e) => Err(format!("cannot reach it or check its sidecar: {e}")),
         }
     }
 

@@ -10,6 +10,8 @@ pub use controller::{ControllerSettings, PoolController};
 pub use lifecycle::Reclaim;
 
 #[cfg(test)]
+mod controller_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

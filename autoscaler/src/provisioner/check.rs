@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -494,7 +494,7 @@ impl Kit {
         state: ProviderState,
         within: Duration,
     ) -> Result<protocol::Status, String> {
-        let started = Instant::now();
+        let started = crate::clock::monotonic();
         let timeout = self.options.timeouts.status;
         let req = self.request(json!({"id": id}));
         loop {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
@@ -115,7 +115,7 @@ impl ScriptProvisioner {
         let _permit = self.limit.acquire().await.map_err(|_| {
             ProvisionerError::Spawn("the provisioner's concurrency limit was closed".into())
         })?;
-        let started = Instant::now();
+        let started = crate::clock::monotonic();
         let dir = self
             .command
             .parent()

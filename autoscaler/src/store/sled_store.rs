@@ -35,7 +35,7 @@ pub struct SledStore {
     store_id: String,
     /// The last commit number flushed to disk.
     commit: AtomicU64,
-    manifest_written: std::sync::Mutex<std::time::Instant>,
+    manifest_written: std::sync::Mutex<tokio::time::Instant>,
 }
 
 impl SledStore {
@@ -68,7 +68,7 @@ impl SledStore {
             flush_lock: tokio::sync::Mutex::new(()),
             store_id: String::new(),
             commit: AtomicU64::new(0),
-            manifest_written: std::sync::Mutex::new(std::time::Instant::now()),
+            manifest_written: std::sync::Mutex::new(crate::clock::monotonic()),
         };
         let found = store.found()?;
         store.commit.store(found.commit, Ordering::SeqCst);
@@ -131,7 +131,7 @@ impl SledStore {
         *self
             .manifest_written
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = crate::clock::monotonic();
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {

@@ -1,6 +1,6 @@
 //! [`Upstream`] over HTTP with reqwest.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -174,7 +174,10 @@ impl Upstream for HttpUpstream {
                 409 => JobRequestOutcome::Conflict,
                 408 | 429 | 500..=599 => JobRequestOutcome::RetryLater {
                     status: status.as_u16(),
-                    retry_after: retry_after(response.headers(), SystemTime::now()),
+                    retry_after: retry_after(
+                        response.headers(),
+                        crate::clock::wall(&crate::clock::SystemClock),
+                    ),
                 },
                 code => JobRequestOutcome::Unexpected {
                     status: code,
