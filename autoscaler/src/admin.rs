@@ -46,6 +46,9 @@ pub struct PoolStatus {
     /// pool takes no jobs until it stops.
     #[serde(default)]
     pub paused: Option<String>,
+    /// Job requests of the pool's sidecars held open right now (sidecars ready for a job).
+    #[serde(default)]
+    pub requests_waiting: usize,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -105,6 +108,7 @@ async fn pools(State(admin): State<Arc<Admin>>) -> Json<Vec<PoolStatus>> {
                 }),
                 timings: machines.map(|m| m.timings()),
                 paused: p.upstream_refusal(),
+                requests_waiting: p.queue.waiting(),
             }
         })
         .collect();

@@ -1,7 +1,9 @@
 //! Hand-out of a pool's jobs to the job requests its sidecars hold open.
 //!
 //! Each sidecar's `POST /jobs/request` becomes a waiter here. A job offered to the pool goes to
-//! the oldest waiter still connected, or waits in `ready` for the next request. The number of
+//! the waiter still connected whose machine suits it best (`core::routing`: the machine that
+//! last ran the same project, else the busiest, else the oldest request), or waits in `ready`
+//! for the next request. The number of
 //! waiters not matched by a ready job is the pool's demand, which the intake turns into job
 //! requests to GitLab (preemptive intake: we ask GitLab only for jobs someone is waiting for).
 //!
@@ -17,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::core::job::{JobEvent, JobPhase};
+use crate::core::routing::{self, Fit, Placement};
 use crate::core::{JobId, SidecarId};
 use crate::jobs::Jobs;
 
@@ -25,6 +28,11 @@ use crate::jobs::Jobs;
 pub trait SlotGate: Send + Sync + std::fmt::Debug {
     fn may_take(&self, sidecar: SidecarId) -> bool;
     fn taken(&self, sidecar: SidecarId, job: JobId);
+    /// What routing (`core::routing`) needs to know of each of `sidecars`' machines, in the
+    /// same order. Asked for all candidates at once, so that the gate counts jobs once.
+    fn placements(&self, sidecars: &[SidecarId]) -> Vec<Placement> {
+        vec![Placement::default(); sidecars.len()]
+    }
 }
 
 #[derive(Debug)]
@@ -134,15 +142,17 @@ impl PoolQueue {
         self.lock().waiters.iter().any(|w| w.sidecar == sidecar)
     }
 
-    /// Offers a queued job to the pool.
+    /// Offers a queued job to the pool: to the waiting request that suits it best
+    /// (`core::routing`), or to `ready` for the next request.
     pub fn offer(&self, job: JobId) {
         let mut s = self.lock();
         if s.handing_out {
-            while let Some(w) = s.waiters.pop_front() {
-                // A waiter whose machine stopped taking jobs meanwhile is answered "no job".
-                if w.tx.is_closed() || !self.may_take(w.sidecar) {
-                    continue;
-                }
+            // Waiters whose request is gone or whose machine stopped taking jobs meanwhile are
+            // answered "no job".
+            s.waiters
+                .retain(|w| !w.tx.is_closed() && self.may_take(w.sidecar));
+            let project = self.jobs.project_of(job);
+            while let Some(w) = self.take_best_waiter(&mut s, project) {
                 if let Err(e) = self
                     .jobs
                     .apply(job, JobEvent::HandedOut { sidecar: w.sidecar })
@@ -175,6 +185,39 @@ impl PoolQueue {
         self.notify();
     }
 
+    fn placements(&self, sidecars: &[SidecarId]) -> Vec<Placement> {
+        match self.gate.get() {
+            Some(g) => g.placements(sidecars),
+            None => vec![Placement::default(); sidecars.len()],
+        }
+    }
+
+    /// Removes and returns the waiter best suited to a job of `project`.
+    fn take_best_waiter(&self, s: &mut QueueState, project: Option<u64>) -> Option<Waiter> {
+        let sidecars: Vec<SidecarId> = s.waiters.iter().map(|w| w.sidecar).collect();
+        let fits: Vec<Fit> = self
+            .placements(&sidecars)
+            .iter()
+            .map(|p| Fit::new(p.last_project, project, p.running))
+            .collect();
+        s.waiters.remove(routing::best(&fits)?)
+    }
+
+    /// Removes and returns the ready job that suits `sidecar` best (of its machine's last
+    /// project if one is ready, else the oldest).
+    fn take_ready_for(&self, s: &mut QueueState, sidecar: SidecarId) -> Option<JobId> {
+        if s.ready.len() <= 1 {
+            return s.ready.pop_front();
+        }
+        let last_project = self.placements(&[sidecar])[0].last_project;
+        let fits: Vec<Fit> = s
+            .ready
+            .iter()
+            .map(|job| Fit::new(last_project, self.jobs.project_of(*job), 0))
+            .collect();
+        s.ready.remove(routing::best(&fits)?)
+    }
+
     /// Takes the next ready job for `sidecar` at once, or holds the request until a job is offered
     /// or `timeout` passes. `None` means "no job" (`204`).
     pub async fn wait_for_job(
@@ -194,7 +237,7 @@ impl PoolQueue {
             if !s.handing_out {
                 return None;
             }
-            while let Some(job) = s.ready.pop_front() {
+            while let Some(job) = self.take_ready_for(&mut s, sidecar) {
                 if self
                     .jobs
                     .apply(job, JobEvent::HandedOut { sidecar })

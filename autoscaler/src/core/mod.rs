@@ -9,6 +9,7 @@ pub mod job;
 pub mod machine;
 pub mod payload;
 pub mod reconcile;
+pub mod routing;
 pub mod scaler;
 pub mod schedule;
 pub mod throttle;

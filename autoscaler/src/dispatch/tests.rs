@@ -127,3 +127,92 @@ async fn stopping_answers_held_requests_and_keeps_jobs_queued() {
     assert_eq!(jobs.phase(JobId(7)), Some(JobPhase::Queued));
     assert_eq!(q.demand(), 0);
 }
+
+/// A gate that lets every sidecar take jobs and describes their machines from a table.
+#[derive(Debug)]
+struct Machines(HashMap<SidecarId, Placement>);
+
+impl SlotGate for Machines {
+    fn may_take(&self, _sidecar: SidecarId) -> bool {
+        true
+    }
+    fn taken(&self, _sidecar: SidecarId, _job: JobId) {}
+    fn placements(&self, sidecars: &[SidecarId]) -> Vec<Placement> {
+        sidecars
+            .iter()
+            .map(|s| self.0.get(s).copied().unwrap_or_default())
+            .collect()
+    }
+}
+
+async fn routed(job_project: u64, machines: &[(SidecarId, Placement)]) -> SidecarId {
+    let jobs =
+        Arc::new(Jobs::load(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new(1))).unwrap());
+    let p = serde_json::json!({"id": 9, "token": "t9", "job_info": {"project_id": job_project}});
+    jobs.accept("p", &serde_json::to_vec(&p).unwrap()).unwrap();
+    let q = PoolQueue::new("p", jobs.clone());
+    q.set_gate(Arc::new(Machines(machines.iter().copied().collect())));
+    let waiters: Vec<_> = machines
+        .iter()
+        .map(|(s, _)| {
+            let (q, s) = (q.clone(), *s);
+            tokio::spawn(async move { (s, q.wait_for_job(s, None, LONG).await) })
+        })
+        .collect();
+    until_waiting(&q, machines.len()).await;
+    q.offer(JobId(9));
+    q.stop_handing_out();
+    let mut winner = None;
+    for w in waiters {
+        if let (s, Some(_)) = w.await.unwrap() {
+            winner = Some(s);
+        }
+    }
+    winner.expect("someone got the job")
+}
+
+const C: SidecarId = SidecarId(3);
+
+fn placed(last_project: Option<u64>, running: u32) -> Placement {
+    Placement {
+        last_project,
+        running,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_goes_to_the_machine_that_last_ran_its_project() {
+    let machines = [
+        (A, placed(Some(1), 2)),
+        (B, placed(Some(5), 0)),
+        (C, placed(None, 1)),
+    ];
+    assert_eq!(routed(5, &machines).await, B);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_affinity_a_job_goes_to_the_busiest_machine_with_a_free_slot() {
+    let machines = [
+        (A, placed(Some(1), 0)),
+        (B, placed(None, 2)),
+        (C, placed(None, 1)),
+    ];
+    assert_eq!(routed(5, &machines).await, B);
+}
+
+#[tokio::test]
+async fn a_request_takes_the_ready_job_of_its_machines_last_project_first() {
+    let jobs =
+        Arc::new(Jobs::load(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new(1))).unwrap());
+    for (id, project) in [(1, 10), (2, 20), (3, 10)] {
+        let p = serde_json::json!({"id": id, "token": format!("t{id}"), "job_info": {"project_id": project}});
+        jobs.accept("p", &serde_json::to_vec(&p).unwrap()).unwrap();
+    }
+    let q = PoolQueue::new("p", jobs.clone());
+    q.set_gate(Arc::new(Machines([(A, placed(Some(20), 0))].into())));
+    for id in [1, 2, 3] {
+        q.offer(JobId(id));
+    }
+    assert_eq!(q.wait_for_job(A, None, LONG).await, Some(JobId(2)));
+    assert_eq!(q.wait_for_job(B, None, LONG).await, Some(JobId(1)));
+}

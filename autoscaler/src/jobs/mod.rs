@@ -242,6 +242,11 @@ impl Jobs {
         self.lock().get(&id).map(|j| j.record.clone())
     }
 
+    /// The project a job belongs to, as GitLab's payload said.
+    pub fn project_of(&self, id: JobId) -> Option<u64> {
+        self.lock().get(&id).and_then(|j| j.record.project_id)
+    }
+
     pub fn payload(&self, id: JobId) -> Result<Option<Bytes>, StoreError> {
         self.store.payload(id)
     }

@@ -3,7 +3,7 @@
 //! starts sidecar injection on machines that boot, follows jobs onto machines, tears down
 //! machines that failed or are no longer needed, and asks the scaler for machines to create.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,16 +12,16 @@ use tokio_util::sync::CancellationToken;
 use super::PoolMachines;
 use super::policy::reason_code;
 use crate::config::ScalingConfig;
+use crate::core::SidecarId;
 use crate::core::breaker::BreakerState;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::scaler::{self, MachineView, PlanInput};
 use crate::core::schedule::PolicyEntry;
-use crate::core::{JobId, SidecarId};
-use crate::dispatch::{PoolQueue, SlotGate};
+use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
-use crate::launcher::{LaunchTarget, SidecarLauncher};
+use crate::launcher::SidecarLauncher;
 use crate::sidecars::Sidecars;
-use crate::store::{HostKey, HostKeySource, MachineRecord};
+use crate::store::MachineRecord;
 
 /// How often the loop runs without being woken.
 const TICK: Duration = Duration::from_secs(1);
@@ -42,12 +42,15 @@ pub struct PoolController {
     /// The `[[pools.policy]]` entry in force at the last pass (`Some(None)`: the pool's own).
     pub(super) period: Mutex<Option<Option<usize>>>,
     reconcile_interval: Duration,
-    ready_timeout: Duration,
+    pub(super) ready_timeout: Duration,
     pub(super) silence_timeout: Duration,
     /// When the provisioner was last asked what exists (service clock).
     last_reconcile: Mutex<Option<crate::core::Millis>>,
+    /// The project of the last job each sidecar was given (for routing; a hint, not kept
+    /// across restarts).
+    pub(super) last_project: Mutex<HashMap<SidecarId, u64>>,
     /// Machines with an injection in flight.
-    injecting: Mutex<HashSet<String>>,
+    pub(super) injecting: Mutex<HashSet<String>>,
     /// Machines being torn down.
     tearing_down: Mutex<HashSet<String>>,
     /// Silent machines being probed over SSH.
@@ -90,6 +93,7 @@ impl PoolController {
             ready_timeout: settings.ready_timeout,
             silence_timeout: settings.silence_timeout,
             last_reconcile: Mutex::new(None),
+            last_project: Mutex::new(HashMap::new()),
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
@@ -333,7 +337,7 @@ impl PoolController {
 
     /// Stops the sidecar (best effort), revokes its token, destroys the machine.
     async fn teardown(&self, m: &MachineRecord) {
-        if let Some(target) = launch_target(m)
+        if let Some(target) = super::launch::launch_target(m)
             && m.sidecar.is_some()
         {
             let stop = self.launcher.stop(&target, STOP_TIMEOUT);
@@ -354,6 +358,10 @@ impl PoolController {
     /// The machine's sidecar token stops working.
     async fn revoke(&self, m: &MachineRecord) {
         if let Some(sidecar) = m.sidecar {
+            self.last_project
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&sidecar);
             match self.sidecars.revoke_id(sidecar).await {
                 Ok(true) => {
                     tracing::info!(pool = %self.pool(), machine.id = %m.id, sidecar.id = %sidecar, "sidecar token revoked")
@@ -363,141 +371,6 @@ impl PoolController {
                     tracing::error!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot revoke the sidecar token")
                 }
             }
-        }
-    }
-
-    fn start_injection(self: Arc<Self>, m: &MachineRecord) {
-        {
-            let mut injecting = self
-                .injecting
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if !injecting.insert(m.id.clone()) {
-                return;
-            }
-        }
-        let id = m.id.clone();
-        let span = tracing::info_span!("inject", pool = %self.pool(), machine.id = %id);
-        let task = async move {
-            if let Err(reason) = self.inject(&id).await {
-                // The sidecar may have polled, served jobs and been retired before the last
-                // check ran: then the machine has moved on and there is nothing to fail.
-                let still_injecting = self.machines.get(&id).is_some_and(|m| {
-                    matches!(m.state, MachineState::Booting | MachineState::Injecting)
-                });
-                if !still_injecting {
-                    tracing::debug!(pool = %self.pool(), machine.id = %id, %reason, "a late injection check failed after the machine moved on");
-                    self.injecting
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .remove(&id);
-                    return;
-                }
-                tracing::warn!(pool = %self.pool(), machine.id = %id, %reason, "injection failed; the machine is failed and will be replaced");
-                if let Err(e) = self.machines.apply(&id, MachineEvent::Fail, &reason) {
-                    tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot fail the machine");
-                }
-            }
-            self.injecting
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(&id);
-        };
-        tokio::spawn(tracing::Instrument::instrument(task, span));
-    }
-
-    /// Reach the machine, check readiness, give it its own sidecar token, start the sidecar.
-    async fn inject(&self, id: &str) -> Result<(), String> {
-        let m = self.machines.get(id).ok_or("the machine vanished")?;
-        let target = launch_target(&m).ok_or("the provider gave no address")?;
-        let session = self
-            .launcher
-            .open(&target, self.ready_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        let step = async {
-            if m.host_key.is_none() {
-                let pinned = HostKey {
-                    key: session.host_key().to_string(),
-                    source: HostKeySource::FirstConnection,
-                };
-                tracing::info!(pool = %self.pool(), machine.id = %id, host_key = %pinned.key, "host key recorded on first connection; required from now on");
-                self.machines
-                    .update(id, |r| r.host_key = Some(pinned))
-                    .map_err(|e| e.to_string())?;
-            }
-            session.ready().await.map_err(|e| e.to_string())?;
-            self.machines
-                .apply(id, MachineEvent::Reachable, "reachable")
-                .map_err(|e| e.to_string())?;
-            let (sidecar, token) = self
-                .sidecars
-                .register(
-                    self.pool(),
-                    Some(format!("machine {id}")),
-                    Some(id.to_string()),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            self.machines
-                .update(id, |r| r.sidecar = Some(sidecar.id()))
-                .map_err(|e| e.to_string())?;
-            let pid = session.start(id, &token).await.map_err(|e| e.to_string())?;
-            tracing::info!(pool = %self.pool(), machine.id = %id, sidecar.id = %sidecar.id(), pid, "sidecar started; waiting for its first job request");
-            Ok::<(), String>(())
-        };
-        let result = step.await;
-        session.close().await;
-        result
-    }
-}
-
-/// How to reach a machine, when the provider has said where it is.
-pub(super) fn launch_target(m: &MachineRecord) -> Option<LaunchTarget> {
-    let endpoint = m.endpoint.as_ref()?;
-    Some(LaunchTarget {
-        machine_id: m.id.clone(),
-        host: endpoint.host.clone(),
-        port: endpoint.port,
-        user: endpoint.user.clone(),
-        host_key: m.host_key.as_ref().map(|h| h.key.clone()),
-    })
-}
-
-impl SlotGate for PoolController {
-    fn may_take(&self, sidecar: SidecarId) -> bool {
-        let Some(m) = self.machines.by_sidecar(sidecar) else {
-            // A sidecar that registered itself: no machine of ours to protect.
-            return true;
-        };
-        if !m.state.takes_jobs() {
-            return false;
-        }
-        if self.scaling.max_use_count > 0 && m.use_count >= self.scaling.max_use_count {
-            return false;
-        }
-        let running = self
-            .jobs
-            .with_each_sidecar()
-            .get(&sidecar)
-            .copied()
-            .unwrap_or(0);
-        running < self.scaling.capacity_per_machine
-    }
-
-    fn taken(&self, sidecar: SidecarId, job: JobId) {
-        let Some(m) = self.machines.by_sidecar(sidecar) else {
-            return;
-        };
-        let result = self
-            .machines
-            .update(&m.id, |r| r.use_count += 1)
-            .and_then(|()| {
-                self.machines
-                    .apply(&m.id, MachineEvent::JobStarted, &format!("job {job}"))
-            });
-        if let Err(e) = result {
-            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot count the job on its machine");
         }
     }
 }

@@ -81,7 +81,7 @@ impl PoolController {
     }
 
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
-        let target = super::controller::launch_target(m).ok_or("it has no address")?;
+        let target = super::launch::launch_target(m).ok_or("it has no address")?;
         match self.launcher.alive(&target, PROBE_TIMEOUT).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("its sidecar process is gone".into()),

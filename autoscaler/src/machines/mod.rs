@@ -2,7 +2,9 @@
 //! state) and the calls that move them through their lifecycle (`lifecycle.rs`).
 
 mod controller;
+mod gate;
 mod health;
+mod launch;
 mod lifecycle;
 mod policy;
 
