@@ -26,7 +26,9 @@ use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
 use crate::jobs::Jobs;
 use crate::launcher::SshLauncher;
-use crate::machines::{ControllerSettings, MachinesSettings, PoolController, PoolMachines};
+use crate::machines::{
+    ControllerSettings, MachinesSettings, PoolController, PoolMachines, SourceSpec,
+};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
 use crate::provisioner::ScriptProvisioner;
@@ -318,26 +320,35 @@ fn machine_controllers(
         let (Some(p), Some(sidecar)) = (&pool.config.provisioner, &pool.config.sidecar) else {
             continue;
         };
-        let provisioner = Arc::new(ScriptProvisioner::new(
-            p.command.clone(),
-            pool.name(),
-            &config.server.instance_id,
-            p.env.clone(),
-            p.timeouts.clone(),
-            p.max_concurrency,
-        ));
+        let sources = pool
+            .config
+            .sources
+            .iter()
+            .map(|source| SourceSpec {
+                name: source.name.clone(),
+                provisioner: Arc::new(ScriptProvisioner::new(
+                    source.command.clone(),
+                    pool.name(),
+                    &config.server.instance_id,
+                    source.env.clone(),
+                    source.timeouts.clone(),
+                    source.max_concurrency,
+                )),
+                max_machines: source.max_machines,
+                create_rate: source.create_rate,
+                create_burst: source.create_burst,
+                user_data: source.user_data.clone(),
+            })
+            .collect();
         let settings = MachinesSettings {
             pool: pool.name().to_string(),
             autoscaler_id: config.server.instance_id.clone(),
             ssh_public_key: key.public_openssh().to_string(),
-            user_data: p.user_data.clone(),
             boot_timeout: p.boot_timeout,
             ready_timeout: sidecar.ready_timeout,
             orphans: p.orphan_policy,
-            create_rate: p.create_rate,
-            create_burst: p.create_burst,
         };
-        let machines = PoolMachines::load(settings, provisioner, store.clone(), clock.clone())?;
+        let machines = PoolMachines::load(settings, sources, store.clone(), clock.clone())?;
         let injector = Injector::new(
             key.clone(),
             sidecar.clone(),

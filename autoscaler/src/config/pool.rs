@@ -28,6 +28,9 @@ pub struct PoolConfig {
     /// Machines made by a provisioner. Without it the pool is static: sidecars register
     /// themselves.
     pub provisioner: Option<ProvisionerConfig>,
+    /// Every source of machines, in the order they are tried: `[pools.provisioner]` alone, or
+    /// the `[[pools.sources]]` entries (the first is also `provisioner`).
+    pub sources: Vec<ProvisionerConfig>,
     pub scaling: ScalingConfig,
     /// `[[pools.policy]]`: idle settings for cron periods; the last matching entry wins over
     /// the `[pools.scaling]` ones.
@@ -48,6 +51,11 @@ impl PoolConfig {
 
 #[derive(Debug, Clone)]
 pub struct ProvisionerConfig {
+    /// The source's name (`default` for `[pools.provisioner]`), carried as the machines'
+    /// `autoscaler-source` label.
+    pub name: String,
+    /// Most live machines from this source; beyond it, machines come from the next source.
+    pub max_machines: Option<u32>,
     pub command: PathBuf,
     pub env: BTreeMap<String, String>,
     pub max_concurrency: usize,
@@ -162,9 +170,8 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let assign_ack_timeout = s
         .parsed("assign_ack_timeout", values::duration)
         .unwrap_or(Duration::from_secs(120));
-    let provisioner = s
-        .table("provisioner")
-        .map(|t| read_provisioner(t, base_dir));
+    let sources = read_sources(&s, base_dir);
+    let provisioner = sources.as_ref().map(|all| all.first().cloned());
     let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
     let policies = super::policy::read_policies(s.tables("policy"));
     if !policies.is_empty() && provisioner.is_none() {
@@ -195,6 +202,7 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         request_concurrency,
         assign_ack_timeout,
         provisioner: provisioner.flatten(),
+        sources: sources.unwrap_or_default(),
         scaling,
         policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
         sidecar: sidecar.flatten(),
@@ -205,7 +213,64 @@ fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
     s.parsed(key, values::duration).unwrap_or(default)
 }
 
-fn read_provisioner(s: Section<'_>, base_dir: &Path) -> Option<ProvisionerConfig> {
+/// `[pools.provisioner]` (one source, `default`) or `[[pools.sources]]` (several, tried in
+/// order): `None` when the pool has neither (static), `Some(empty)` when they do not read.
+fn read_sources(s: &Section<'_>, base_dir: &Path) -> Option<Vec<ProvisionerConfig>> {
+    let listed = s.tables("sources");
+    let single = s.table("provisioner");
+    if single.is_some() && !listed.is_empty() {
+        s.problem(
+            "sources",
+            "give either [pools.provisioner] or [[pools.sources]], not both",
+        );
+        return Some(Vec::new());
+    }
+    if let Some(t) = single {
+        return Some(read_provisioner(t, base_dir, false).into_iter().collect());
+    }
+    if listed.is_empty() {
+        return None;
+    }
+    let count = listed.len();
+    let read: Vec<Option<ProvisionerConfig>> = listed
+        .into_iter()
+        .map(|t| read_provisioner(t, base_dir, true))
+        .collect();
+    let read: Vec<ProvisionerConfig> = read.into_iter().flatten().collect();
+    let mut names = std::collections::BTreeSet::new();
+    for source in &read {
+        if !names.insert(source.name.as_str()) {
+            s.problem(
+                "sources",
+                format!("the name {:?} is used twice", source.name),
+            );
+        }
+    }
+    Some(if read.len() == count {
+        read
+    } else {
+        Vec::new()
+    })
+}
+
+fn read_provisioner(s: Section<'_>, base_dir: &Path, named: bool) -> Option<ProvisionerConfig> {
+    let name: Option<String> = if named {
+        s.required("name")
+    } else {
+        Some(s.or("name", "default".to_string()))
+    };
+    if let Some(n) = &name
+        && let Err(e) = values::pool_name(n)
+    {
+        s.problem("name", e.replace("pool name", "source name"));
+    }
+    let max_machines: Option<u32> = s.optional("max_machines");
+    if max_machines == Some(0) {
+        s.problem(
+            "max_machines",
+            "must be at least 1 (leave it out for no limit)",
+        );
+    }
     let command: Option<PathBuf> = s.required("command");
     let command = command.map(|c| resolve(base_dir, c));
     if let Some(c) = &command
@@ -251,6 +316,8 @@ fn read_provisioner(s: Section<'_>, base_dir: &Path) -> Option<ProvisionerConfig
     let user_data: Option<String> = s.optional("user_data");
     s.finish();
     Some(ProvisionerConfig {
+        name: name?,
+        max_machines,
         command: command?,
         env,
         max_concurrency,

@@ -289,3 +289,56 @@ fn tls_keys_are_checked_with_their_paths() {
     assert_eq!(e.problems[0].path, "server.tls.certificate", "{e}");
     assert!(e.problems[0].message.contains("missing.pem"), "{e}");
 }
+
+/// A pool whose machines come from `[[pools.sources]]` (the local provisioner twice) with the
+/// given TOML between them.
+fn pool_with_sources(first: &str, second: &str) -> String {
+    let provisioner = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../provisioners/local/provisioner"
+    );
+    format!(
+        "{MINIMAL}[[pools.sources]]\ncommand = \"{provisioner}\"\n{first}\n[[pools.sources]]\ncommand = \"{provisioner}\"\n{second}\n[pools.sidecar]\nmode = \"builtin\"\nbinary = \"{provisioner}\"\n"
+    )
+}
+
+#[test]
+fn sources_load_in_order_and_the_first_is_the_pools_provisioner() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_sources(
+        "name = \"onprem\"\nmax_machines = 4",
+        "name = \"cloud\"\ncreate_rate = 2.0",
+    );
+    let c = Config::load(&write(&dir, &text), no_env()).unwrap();
+    let pool = &c.pools[0];
+    let names: Vec<&str> = pool.sources.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["onprem", "cloud"]);
+    assert_eq!(pool.sources[0].max_machines, Some(4));
+    assert_eq!(pool.sources[1].max_machines, None);
+    assert_eq!(pool.provisioner.as_ref().unwrap().name, "onprem");
+}
+
+#[test]
+fn a_single_provisioner_is_the_default_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Config::load(&write(&dir, &pool_with_policies("")), no_env()).unwrap();
+    let names: Vec<&str> = c.pools[0].sources.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default"]);
+}
+
+#[test]
+fn bad_sources_are_reported_with_their_key_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_sources("name = \"spot\"\nmax_machines = 0", "name = \"spot\"");
+    let e = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let text = e.to_string();
+    for expected in [
+        "pools[0].sources[0].max_machines: must be at least 1",
+        "pools[0].sources: the name \"spot\" is used twice",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+    let unnamed = pool_with_sources("", "name = \"cloud\"");
+    let e = Config::load(&write(&dir, &unnamed), no_env()).unwrap_err();
+    assert!(e.to_string().contains("pools[0].sources[0].name"), "{e}");
+}

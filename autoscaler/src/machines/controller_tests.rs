@@ -39,15 +39,12 @@ fn rig(scaling: ScalingConfig) -> Rig {
         pool: POOL.into(),
         autoscaler_id: "as-test".into(),
         ssh_public_key: "ssh-ed25519 AAAA test".into(),
-        user_data: None,
         boot_timeout: Duration::from_secs(600),
         ready_timeout: Duration::from_secs(300),
         orphans: OrphanPolicy::Destroy,
-        create_rate: 100.0,
-        create_burst: 100,
     };
-    let machines =
-        PoolMachines::load(settings, provider.clone(), store.clone(), clock.clone()).unwrap();
+    let sources = vec![SourceSpec::single(provider.clone(), 100.0, 100)];
+    let machines = PoolMachines::load(settings, sources, store.clone(), clock.clone()).unwrap();
     let jobs = Arc::new(Jobs::load(store.clone(), clock.clone()).unwrap());
     let sidecars = Arc::new(Sidecars::load(store, clock.clone()).unwrap());
     let queue = PoolQueue::new(POOL, jobs.clone());

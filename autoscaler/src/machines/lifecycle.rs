@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{MachinesError, PoolMachines};
+use super::{MachinesError, PoolMachines, sources};
 use crate::core::Millis;
 use crate::core::backoff::Backoff;
 use crate::core::breaker::BreakerState;
@@ -26,40 +26,71 @@ const DESTROY_BACKOFF: Backoff = Backoff::new(Duration::from_secs(1), Duration::
 const STOPPING_RECHECK_MS: Millis = 5_000;
 
 impl PoolMachines {
-    /// Asks the provider for up to `wanted` machines, as the token bucket and the circuit breaker
-    /// allow. Returns how many were asked for.
+    /// Asks the pool's sources, in order, for up to `wanted` machines, as each one's maximum,
+    /// throttle and circuit breaker allow. Returns how many were asked for.
     pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
-        if wanted == 0 {
-            return Ok(0);
-        }
         let now = self.clock.now();
-        let granted = {
-            let mut g = self.guards();
-            if !g.breaker.allows(now) {
-                return Ok(0);
+        let mut left = wanted;
+        let mut asked = Vec::new();
+        for (i, source) in self.sources.iter().enumerate() {
+            if left == 0 {
+                break;
             }
-            g.throttle.take(wanted, now)
-        };
-        if granted == 0 {
-            return Ok(0);
+            let live = self.live_from(source.name());
+            let grant = source.grant(left, live, now);
+            let sources::Grant::Machines(n) = grant else {
+                tracing::debug!(pool = %self.pool(), source = source.name(), why = grant.why_not(), "source gives no machine now");
+                continue;
+            };
+            if i > 0 {
+                tracing::info!(pool = %self.pool(), source = source.name(), machines = n, reason = "overflow",
+                    "machines come from a later source: the ones before are full, paused or throttled");
+            }
+            let mut ids = Vec::new();
+            for _ in 0..n {
+                let mut record = self.new_record(MachineState::Requested)?;
+                record.source = source.name().to_string();
+                ids.push(record.id.clone());
+                self.insert(record)?;
+            }
+            asked.push((source, ids));
+            left -= n;
         }
-        let mut ids = Vec::new();
-        for _ in 0..granted {
-            let record = self.new_record(MachineState::Requested)?;
-            ids.push(record.id.clone());
-            self.insert(record)?;
+        if asked.is_empty() {
+            return Ok(0);
         }
         // A machine we ask for must be in the store before the provider hears of it: after a
         // crash, its key finds it again.
         self.store.durable().await?;
-        let batches: Vec<Vec<String>> = ids.chunks(self.batch()).map(<[String]>::to_vec).collect();
-        let calls = batches.into_iter().map(|batch| self.create_batch(batch));
+        let calls = asked.iter().flat_map(|(source, ids)| {
+            ids.chunks(source.batch())
+                .map(move |batch| self.create_batch(source, batch.to_vec()))
+        });
         futures::future::join_all(calls).await;
-        Ok(granted)
+        Ok(wanted - left)
     }
 
-    async fn create_batch(&self, ids: Vec<String>) {
+    /// Live machines made by the source named `name`.
+    fn live_from(&self, name: &str) -> u32 {
+        let first = self.sources[0].name() == name;
+        let n = self
+            .lock()
+            .values()
+            .filter(|m| !m.state.is_gone())
+            .filter(|m| m.source == name || (first && m.source.is_empty()))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The labels of a machine `source` makes: the owner labels and the source's name.
+    fn source_labels(&self, source: &sources::Source) -> crate::provisioner::Labels {
         let mut labels = self.owner_labels();
+        labels.insert(sources::SOURCE_LABEL.into(), source.name().to_string());
+        labels
+    }
+
+    async fn create_batch(&self, source: &sources::Source, ids: Vec<String>) {
+        let mut labels = self.source_labels(source);
         let machines = ids
             .iter()
             .map(|id| {
@@ -73,11 +104,11 @@ impl PoolMachines {
         let request = CreateRequest {
             machines,
             ssh_public_key: self.settings.ssh_public_key.clone(),
-            user_data: self.settings.user_data.clone(),
+            user_data: source.spec.user_data.clone(),
         };
-        match self.provisioner.create(request).await {
+        match source.provisioner().create(request).await {
             Ok(created) => {
-                self.provisioner_succeeded();
+                self.provisioner_succeeded(source);
                 for c in created {
                     let event = match c.state {
                         ProviderState::Running => MachineEvent::ProviderRunning,
@@ -96,12 +127,13 @@ impl PoolMachines {
                 }
             }
             Err(e) => {
-                self.provisioner_failed(&e, "create");
+                self.provisioner_failed(source, &e, "create");
                 if !matches!(e, ProvisionerError::TimedOut(_)) {
                     // The call failed without running out of time: most likely nothing was made.
                     // Ask `list` rather than guess, so that these machines stop counting against
                     // the maximum at once if they do not exist.
-                    self.settle_failed_create(&ids, &e.to_string()).await;
+                    self.settle_failed_create(source, &ids, &e.to_string())
+                        .await;
                 }
             }
         }
@@ -109,8 +141,8 @@ impl PoolMachines {
 
     /// After a failed create: machines the provider lists by key are ours; the others never
     /// existed.
-    async fn settle_failed_create(&self, ids: &[String], why: &str) {
-        let Ok(listed) = self.provisioner.list(self.owner_labels()).await else {
+    async fn settle_failed_create(&self, source: &sources::Source, ids: &[String], why: &str) {
+        let Ok(listed) = source.provisioner().list(self.owner_labels()).await else {
             return; // The reconcile pass will decide, by key or by timeout.
         };
         for id in ids {
@@ -133,17 +165,23 @@ impl PoolMachines {
         }
     }
 
-    fn provisioner_succeeded(&self) {
-        let mut g = self.guards();
+    fn provisioner_succeeded(&self, source: &sources::Source) {
+        let mut g = source.guards();
         if !matches!(g.breaker.state(self.clock.now()), BreakerState::Closed) {
-            tracing::info!(pool = %self.pool(), "provisioner answers again; pool resumed");
+            tracing::info!(pool = %self.pool(), source = source.name(), "provisioner answers again; source resumed");
         }
         g.breaker.success();
     }
 
-    fn provisioner_failed(&self, e: &ProvisionerError, verb: &str) {
+    fn provisioner_failed(&self, source: &sources::Source, e: &ProvisionerError, verb: &str) {
         let now = self.clock.now();
-        let mut g = self.guards();
+        if let ProvisionerError::RetryLater { retry_after, .. } = e {
+            let wait = retry_after.map_or(sources::RETRY_LATER_MS, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            });
+            source.retry_later(now.saturating_add(wait));
+        }
+        let mut g = source.guards();
         let reason = format!("{verb}: {e}");
         let opened = if e.is_permanent() {
             g.breaker.open(now, &reason);
@@ -153,31 +191,55 @@ impl PoolMachines {
         };
         if opened {
             if let BreakerState::Open { until, .. } = g.breaker.state(now) {
-                tracing::error!(pool = %self.pool(), %reason, paused_for_s = until.saturating_sub(now) / 1000,
-                    "provisioner keeps failing; pool paused (no new machines; existing ones keep working)");
+                tracing::error!(pool = %self.pool(), source = source.name(), %reason, paused_for_s = until.saturating_sub(now) / 1000,
+                    "provisioner keeps failing; source paused (no new machines from it; existing ones keep working)");
             }
         } else {
-            tracing::warn!(pool = %self.pool(), %reason, "provisioner call failed");
+            tracing::warn!(pool = %self.pool(), source = source.name(), %reason, "provisioner call failed");
         }
     }
 
-    /// One reconcile pass: `list` against what we know, and the actions that follow. Returns
-    /// the machines the provider is taking back (spot reclaims), still in service: the caller
-    /// moves their jobs first, then takes them out with [`PoolMachines::reclaimed`].
+    /// One reconcile pass per source: `list` against what we know, and the actions that
+    /// follow. Returns the machines the provider is taking back (spot reclaims), still in
+    /// service: the caller moves their jobs first, then takes them out with
+    /// [`PoolMachines::reclaimed`].
     pub async fn reconcile(&self) -> Result<Vec<Reclaim>, MachinesError> {
-        if let Ok(info) = self.provisioner.info().await {
-            self.set_batch(info.capabilities.batch_size());
+        let mut reclaims = Vec::new();
+        for source in &self.sources {
+            reclaims.extend(self.reconcile_source(source).await?);
         }
-        let listed = match self.provisioner.list(self.owner_labels()).await {
+        self.collect_gone()?;
+        Ok(reclaims)
+    }
+
+    async fn reconcile_source(
+        &self,
+        source: &sources::Source,
+    ) -> Result<Vec<Reclaim>, MachinesError> {
+        if let Ok(info) = source.provisioner().info().await {
+            source.set_batch(info.capabilities.batch_size());
+        }
+        let listed = match source.provisioner().list(self.owner_labels()).await {
             Ok(listed) => {
-                self.provisioner_succeeded();
+                self.provisioner_succeeded(source);
                 listed
             }
             Err(e) => {
-                self.provisioner_failed(&e, "list");
+                self.provisioner_failed(source, &e, "list");
                 return Ok(Vec::new());
             }
         };
+        // Two sources may share a cloud account: each judges only the machines it made (no
+        // source label: made before sources existed, by the first).
+        let first = self.sources[0].name() == source.name();
+        let mine = |label: Option<&String>| match label {
+            Some(name) => name == source.name(),
+            None => first,
+        };
+        let listed: Vec<_> = listed
+            .into_iter()
+            .filter(|l| mine(l.labels.get(sources::SOURCE_LABEL)))
+            .collect();
         let reclaims = self.reclaims(&listed);
         let listed: Vec<Listed> = listed
             .into_iter()
@@ -191,6 +253,7 @@ impl PoolMachines {
             .snapshot()
             .into_iter()
             .filter(|m| !m.state.is_gone())
+            .filter(|m| m.source == source.name() || (first && m.source.is_empty()))
             .map(|m| Known {
                 id: m.id,
                 state: m.state,
@@ -202,9 +265,8 @@ impl PoolMachines {
             .collect();
         let now = self.clock.now();
         for action in reconcile::plan(&known, &listed, now, &self.reconcile_policy()) {
-            self.execute(action).await?;
+            self.execute(source, action).await?;
         }
-        self.collect_gone()?;
         Ok(reclaims)
     }
 
@@ -243,7 +305,7 @@ impl PoolMachines {
         }
     }
 
-    async fn execute(&self, action: Action) -> Result<(), MachinesError> {
+    async fn execute(&self, source: &sources::Source, action: Action) -> Result<(), MachinesError> {
         match action {
             Action::Bind {
                 machine,
@@ -270,11 +332,11 @@ impl PoolMachines {
                 }
             }
             Action::Destroy { machine } => self.destroy(&machine).await?,
-            Action::Adopt { provider_id, key } => self.adopt(provider_id, key).await?,
+            Action::Adopt { provider_id, key } => self.adopt(source, provider_id, key).await?,
             Action::DestroyOrphan { provider_id } => {
-                tracing::warn!(pool = %self.pool(), provider_id, "destroying a machine that carries our labels but that we do not know (orphan_policy = destroy)");
-                if let Err(e) = self.provisioner.destroy(&provider_id).await {
-                    self.provisioner_failed(&e, "destroy");
+                tracing::warn!(pool = %self.pool(), source = source.name(), provider_id, "destroying a machine that carries our labels but that we do not know (orphan_policy = destroy)");
+                if let Err(e) = source.provisioner().destroy(&provider_id).await {
+                    self.provisioner_failed(source, &e, "destroy");
                 }
             }
         }
@@ -282,8 +344,14 @@ impl PoolMachines {
     }
 
     /// Takes over an orphan: it becomes a machine of the pool, booting.
-    async fn adopt(&self, provider_id: String, key: Option<String>) -> Result<(), MachinesError> {
+    async fn adopt(
+        &self,
+        source: &sources::Source,
+        provider_id: String,
+        key: Option<String>,
+    ) -> Result<(), MachinesError> {
         let mut record = self.new_record(MachineState::Creating)?;
+        record.source = source.name().to_string();
         record.provider_id = Some(provider_id.clone());
         record.reason = Some(format!(
             "adopted (its key was {})",
@@ -299,13 +367,17 @@ impl PoolMachines {
     /// Asks `status` of a machine the provider reports running, records where to reach it, and
     /// moves it to `booting`.
     pub async fn refresh_running(&self, id: &str) {
-        let Some(provider_id) = self.get(id).and_then(|m| m.provider_id) else {
+        let Some(machine) = self.get(id) else {
             return;
         };
-        let status = match self.provisioner.status(&provider_id).await {
+        let Some(provider_id) = machine.provider_id.clone() else {
+            return;
+        };
+        let source = self.source_of(&machine);
+        let status = match source.provisioner().status(&provider_id).await {
             Ok(s) => s,
             Err(e) => {
-                self.provisioner_failed(&e, "status");
+                self.provisioner_failed(source, &e, "status");
                 return;
             }
         };
@@ -378,7 +450,8 @@ impl PoolMachines {
             return Ok(());
         };
         let now = self.clock.now();
-        match self.provisioner.destroy(&provider_id).await {
+        let source = self.source_of(&machine);
+        match source.provisioner().destroy(&provider_id).await {
             Ok(Destroyed::Gone) => {
                 self.apply(id, MachineEvent::ProviderGone, "destroyed")?;
             }
@@ -386,7 +459,7 @@ impl PoolMachines {
                 self.update(id, |m| m.next_attempt = now + STOPPING_RECHECK_MS)?;
             }
             Err(e) => {
-                self.provisioner_failed(&e, "destroy");
+                self.provisioner_failed(source, &e, "destroy");
                 let attempts = machine.destroy_attempts + 1;
                 let mut backoff = DESTROY_BACKOFF;
                 for _ in 1..attempts {

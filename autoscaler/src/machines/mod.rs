@@ -7,17 +7,20 @@ mod health;
 mod launch;
 mod lifecycle;
 mod policy;
+mod sources;
 
 pub use controller::{ControllerSettings, PoolController};
 pub use lifecycle::Reclaim;
+pub use sources::{SOURCE_LABEL, SourceSpec};
 
 #[cfg(test)]
 mod controller_tests;
 #[cfg(test)]
+mod sources_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,11 +28,10 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::core::Millis;
-use crate::core::breaker::{Breaker, BreakerState};
+use crate::core::breaker::BreakerState;
 use crate::core::machine::{InvalidTransition, MachineEvent, MachineState, transition};
 use crate::core::reconcile::{OrphanPolicy, Policy};
-use crate::core::throttle::TokenBucket;
-use crate::provisioner::{Labels, Provisioner};
+use crate::provisioner::Labels;
 use crate::store::{MachineRecord, Store, StoreError, TimelineEntry};
 
 /// Most timeline entries kept per machine.
@@ -53,24 +55,19 @@ pub struct MachinesSettings {
     pub pool: String,
     pub autoscaler_id: String,
     pub ssh_public_key: String,
-    pub user_data: Option<String>,
     pub boot_timeout: Duration,
     pub ready_timeout: Duration,
     pub orphans: OrphanPolicy,
-    pub create_rate: f64,
-    pub create_burst: u32,
 }
 
 #[derive(Debug)]
 pub struct PoolMachines {
     settings: MachinesSettings,
-    provisioner: Arc<dyn Provisioner>,
+    /// Where machines come from, in the order they are tried (at least one).
+    sources: Vec<sources::Source>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     table: Mutex<BTreeMap<String, MachineRecord>>,
-    guards: Mutex<Guards>,
-    /// Most machines per `create` call (the provisioner's `max_batch`).
-    batch: AtomicU32,
     changed: watch::Sender<u64>,
     timings: Mutex<PassTimings>,
 }
@@ -87,17 +84,11 @@ pub struct PassTimings {
     pub passes: u64,
 }
 
-#[derive(Debug)]
-struct Guards {
-    breaker: Breaker,
-    throttle: TokenBucket,
-}
-
 impl PoolMachines {
     /// The pool's machines as the store knows them.
     pub fn load(
         settings: MachinesSettings,
-        provisioner: Arc<dyn Provisioner>,
+        sources: Vec<SourceSpec>,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Self>, StoreError> {
@@ -108,18 +99,16 @@ impl PoolMachines {
             .map(|m| (m.id.clone(), m))
             .collect();
         let now = clock.now();
-        let guards = Guards {
-            breaker: Breaker::new(5, Duration::from_secs(30), Duration::from_secs(600)),
-            throttle: TokenBucket::new(settings.create_rate, settings.create_burst, now),
-        };
+        assert!(!sources.is_empty(), "a pool with machines has a source");
         Ok(Arc::new(Self {
             settings,
-            provisioner,
+            sources: sources
+                .into_iter()
+                .map(|spec| sources::Source::new(spec, now))
+                .collect(),
             store,
             clock,
             table: Mutex::new(table),
-            guards: Mutex::new(guards),
-            batch: AtomicU32::new(1),
             changed: watch::Sender::new(0),
             timings: Mutex::new(PassTimings::default()),
         }))
@@ -162,12 +151,6 @@ impl PoolMachines {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
-        self.guards
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Woken on every change of any machine.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
@@ -199,9 +182,32 @@ impl PoolMachines {
             .cloned()
     }
 
+    /// Whether the pool can have new machines: closed while any source's breaker is; else the
+    /// first source's state (when it reopens).
     pub fn breaker(&self) -> BreakerState {
         let now = self.clock.now();
-        self.guards().breaker.state(now)
+        let states: Vec<BreakerState> = self.sources.iter().map(|s| s.breaker(now)).collect();
+        if states.iter().any(|s| matches!(s, BreakerState::Closed)) {
+            return BreakerState::Closed;
+        }
+        states.into_iter().next().unwrap_or(BreakerState::Closed)
+    }
+
+    /// The source that made `m` (records from before sources existed: the first).
+    fn source_of(&self, m: &MachineRecord) -> &sources::Source {
+        self.source_named(&m.source)
+    }
+
+    fn source_named(&self, name: &str) -> &sources::Source {
+        self.sources
+            .iter()
+            .find(|s| s.name() == name)
+            .unwrap_or(&self.sources[0])
+    }
+
+    /// The sources' names, in order.
+    pub fn source_names(&self) -> Vec<String> {
+        self.sources.iter().map(|s| s.name().to_string()).collect()
     }
 
     /// The labels every machine of this pool carries at the provider.
@@ -314,6 +320,7 @@ impl PoolMachines {
             state,
             since: now,
             created_at: now,
+            source: String::new(),
             provider_id: None,
             endpoint: None,
             host_key: None,
@@ -362,13 +369,5 @@ impl PoolMachines {
 
     pub fn count(&self, state: MachineState) -> usize {
         self.lock().values().filter(|m| m.state == state).count()
-    }
-
-    fn set_batch(&self, n: u32) {
-        self.batch.store(n.max(1), Ordering::Relaxed);
-    }
-
-    fn batch(&self) -> usize {
-        self.batch.load(Ordering::Relaxed) as usize
     }
 }

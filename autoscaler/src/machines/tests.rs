@@ -23,13 +23,14 @@ fn settings(orphans: OrphanPolicy) -> MachinesSettings {
         pool: "linux".into(),
         autoscaler_id: "as-test".into(),
         ssh_public_key: "ssh-ed25519 AAAA test".into(),
-        user_data: None,
         boot_timeout: Duration::from_secs(600),
         ready_timeout: Duration::from_secs(300),
         orphans,
-        create_rate: 1.0,
-        create_burst: 3,
     }
+}
+
+fn sources(provider: &Arc<FakeProvisioner>) -> Vec<SourceSpec> {
+    vec![SourceSpec::single(provider.clone(), 1.0, 3)]
 }
 
 fn rig(start_running: bool, orphans: OrphanPolicy) -> Rig {
@@ -38,7 +39,7 @@ fn rig(start_running: bool, orphans: OrphanPolicy) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let machines = PoolMachines::load(
         settings(orphans),
-        provider.clone(),
+        sources(&provider),
         store.clone(),
         clock.clone(),
     )
@@ -85,7 +86,7 @@ async fn a_created_machine_is_recorded_before_and_after_the_call_and_persisted()
     // Every transition reached the store.
     let reloaded = PoolMachines::load(
         settings(OrphanPolicy::Destroy),
-        r.provider.clone(),
+        sources(&r.provider),
         r.store.clone(),
         r.clock.clone(),
     )

@@ -37,6 +37,7 @@ fn pool_config(name: &str, upstream: &str, registration: &str) -> PoolConfig {
         request_concurrency: 2,
         assign_ack_timeout: Duration::from_secs(120),
         provisioner: None,
+        sources: Vec::new(),
         scaling: crate::config::ScalingConfig::default(),
         policies: Vec::new(),
         sidecar: None,

@@ -48,6 +48,7 @@ fn machine(id: &str) -> MachineRecord {
         state: crate::core::machine::MachineState::Booting,
         since: 7,
         created_at: 5,
+        source: String::new(),
         provider_id: Some(format!("p-{id}")),
         endpoint: Some(Endpoint {
             host: "127.0.0.1".into(),

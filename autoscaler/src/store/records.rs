@@ -86,6 +86,10 @@ pub struct MachineRecord {
     /// When it entered `state`.
     pub since: Millis,
     pub created_at: Millis,
+    /// The source (provisioner) that made it; empty in records from before sources existed,
+    /// which belong to the pool's first source.
+    #[serde(default)]
+    pub source: String,
     #[serde(default)]
     pub provider_id: Option<String>,
     #[serde(default)]

@@ -152,6 +152,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             state: MachineState::Busy,
             since: now,
             created_at: now,
+            source: String::new(),
             provider_id: Some(format!("p-{i}")),
             endpoint: Some(Endpoint {
                 host: format!("10.0.{}.{}", i / 250, i % 250 + 1),
