@@ -338,6 +338,7 @@ fn machine_controllers(
                 create_rate: source.create_rate,
                 create_burst: source.create_burst,
                 user_data: source.user_data.clone(),
+                reclaim_cooldown: source.reclaim_cooldown,
             })
             .collect();
         let settings = MachinesSettings {

@@ -56,6 +56,9 @@ pub struct ProvisionerConfig {
     pub name: String,
     /// Most live machines from this source; beyond it, machines come from the next source.
     pub max_machines: Option<u32>,
+    /// After the provider reclaims one of this source's machines (spot), new machines come
+    /// from the next sources for this long.
+    pub reclaim_cooldown: Option<Duration>,
     pub command: PathBuf,
     pub env: BTreeMap<String, String>,
     pub max_concurrency: usize,
@@ -265,6 +268,7 @@ fn read_provisioner(s: Section<'_>, base_dir: &Path, named: bool) -> Option<Prov
         s.problem("name", e.replace("pool name", "source name"));
     }
     let max_machines: Option<u32> = s.optional("max_machines");
+    let reclaim_cooldown = s.parsed("reclaim_cooldown", values::duration);
     if max_machines == Some(0) {
         s.problem(
             "max_machines",
@@ -318,6 +322,7 @@ fn read_provisioner(s: Section<'_>, base_dir: &Path, named: bool) -> Option<Prov
     Some(ProvisionerConfig {
         name: name?,
         max_machines,
+        reclaim_cooldown,
         command: command?,
         env,
         max_concurrency,

@@ -300,6 +300,16 @@ impl PoolMachines {
             notice.reason
         );
         tracing::warn!(pool = %self.pool(), machine.id = %m.id, %reason, "machine reclaimed: its jobs go elsewhere or fail now");
+        let source = self.source_of(m);
+        if let Some(cooldown) = source.spec.reclaim_cooldown {
+            let until = self
+                .clock
+                .now()
+                .saturating_add(super::controller::ms(cooldown));
+            source.retry_later(until);
+            tracing::info!(pool = %self.pool(), source = source.name(), cooldown_s = cooldown.as_secs(),
+                "the provider reclaims this source's machines: new machines come from the next sources meanwhile");
+        }
         if let Err(e) = self.apply(&m.id, MachineEvent::Fail, &reason) {
             tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot take the reclaimed machine out of service");
         }
