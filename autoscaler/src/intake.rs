@@ -267,6 +267,12 @@ impl Intake {
                     "job {id} could not be stored; it goes back to GitLab as a failure"
                 ),
             },
+            Ok(Accepted::Refused(id)) => {
+                if let Err(e) = self.jobs.durable().await {
+                    tracing::error!(job.id = %id, error = %e, "the store cannot flush; the job would not survive a crash");
+                }
+                Round::Job(id)
+            }
             Ok(Accepted::Again(id)) => {
                 tracing::warn!(job.id = %id, "GitLab answered with a job we already hold; ignored");
                 Round::Job(id)

@@ -32,6 +32,8 @@ pub struct PoolConfig {
     /// the `[[pools.sources]]` entries (the first is also `provisioner`).
     pub sources: Vec<ProvisionerConfig>,
     pub scaling: ScalingConfig,
+    /// `[[pools.classes]]`: kinds of machine a job chooses with a CI variable (`None`: one).
+    pub classes: Option<crate::core::classes::Classes>,
     /// `[[pools.policy]]`: idle settings for cron periods; the last matching entry wins over
     /// the `[pools.scaling]` ones.
     pub policies: Vec<PolicyEntry>,
@@ -176,6 +178,11 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let sources = read_sources(&s, base_dir);
     let provisioner = sources.as_ref().map(|all| all.first().cloned());
     let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
+    let classes = super::classes::read_classes(
+        &s,
+        sources.as_deref().unwrap_or_default(),
+        scaling.capacity_per_machine,
+    );
     let policies = super::policy::read_policies(s.tables("policy"));
     if !policies.is_empty() && provisioner.is_none() {
         s.problem("policy", "only applies to pools with a provisioner");
@@ -207,6 +214,7 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         provisioner: provisioner.flatten(),
         sources: sources.unwrap_or_default(),
         scaling,
+        classes,
         policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
         sidecar: sidecar.flatten(),
     })

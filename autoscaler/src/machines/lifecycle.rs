@@ -8,6 +8,7 @@ use super::{MachinesError, PoolMachines, sources};
 use crate::core::Millis;
 use crate::core::backoff::Backoff;
 use crate::core::breaker::BreakerState;
+use crate::core::classes::MachineClass;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::reconcile::{self, Action, Known, Listed, ProviderState};
 use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
@@ -29,20 +30,37 @@ impl PoolMachines {
     /// Asks the pool's sources, in order, for up to `wanted` machines, as each one's maximum,
     /// throttle and circuit breaker allow. Returns how many were asked for.
     pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
+        self.create_of(wanted, None).await
+    }
+
+    /// Like [`PoolMachines::create`], for machines of `class` (from its sources only).
+    pub async fn create_of(
+        &self,
+        wanted: u32,
+        class: Option<&MachineClass>,
+    ) -> Result<u32, MachinesError> {
         let now = self.clock.now();
         let mut left = wanted;
         let mut asked = Vec::new();
-        for (i, source) in self.sources.iter().enumerate() {
+        let allowed = |name: &str| {
+            class.is_none_or(|c| c.sources.is_empty() || c.sources.iter().any(|s| s == name))
+        };
+        let mut tried = 0;
+        for source in &self.sources {
             if left == 0 {
                 break;
             }
+            if !allowed(source.name()) {
+                continue;
+            }
+            tried += 1;
             let live = self.live_from(source.name());
             let grant = source.grant(left, live, now);
             let sources::Grant::Machines(n) = grant else {
                 tracing::debug!(pool = %self.pool(), source = source.name(), why = grant.why_not(), "source gives no machine now");
                 continue;
             };
-            if i > 0 {
+            if tried > 1 {
                 tracing::info!(pool = %self.pool(), source = source.name(), machines = n, reason = "overflow",
                     "machines come from a later source: the ones before are full, paused or throttled");
             }
@@ -50,6 +68,7 @@ impl PoolMachines {
             for _ in 0..n {
                 let mut record = self.new_record(MachineState::Requested)?;
                 record.source = source.name().to_string();
+                record.class = class.map(|c| c.name.clone());
                 ids.push(record.id.clone());
                 self.insert(record)?;
             }

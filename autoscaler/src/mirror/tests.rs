@@ -38,6 +38,7 @@ fn pool_config(name: &str, upstream: &str, registration: &str) -> PoolConfig {
         assign_ack_timeout: Duration::from_secs(120),
         provisioner: None,
         sources: Vec::new(),
+        classes: None,
         scaling: crate::config::ScalingConfig::default(),
         policies: Vec::new(),
         sidecar: None,
