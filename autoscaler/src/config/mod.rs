@@ -9,6 +9,7 @@ mod env;
 mod policy;
 mod pool;
 mod reader;
+mod sources;
 mod tls;
 mod values;
 

@@ -7,6 +7,7 @@ mod health;
 mod launch;
 mod lifecycle;
 mod policy;
+mod reconcile;
 mod scale;
 mod sources;
 
