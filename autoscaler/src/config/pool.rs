@@ -83,6 +83,11 @@ pub enum Intake {
     Preemptive,
     /// Ask GitLab while the pool has room to run more jobs, and make machines for them.
     OnDemand,
+    /// Preemptive for the sidecars that wait, plus at most `hybrid_ahead` jobs taken ahead of
+    /// any sidecar, for which machines are made: idle machines start jobs at once, and a burst
+    /// starts machines without letting the pool take more of GitLab's queue than it can start
+    /// soon (other runners may take the rest).
+    Hybrid,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +107,8 @@ pub struct ScalingConfig {
     /// Most idle slots `scale_factor` may ask for; 0 is no limit.
     pub scale_factor_limit: u32,
     pub intake: Intake,
+    /// `hybrid` intake: most jobs held waiting for a machine at once.
+    pub hybrid_ahead: u32,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
@@ -121,6 +128,7 @@ impl Default for ScalingConfig {
             scale_factor: 0.0,
             scale_factor_limit: 0,
             intake: Intake::OnDemand,
+            hybrid_ahead: 4,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
         }
@@ -260,11 +268,23 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         scale_factor,
         scale_factor_limit,
         intake,
+        hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
     scaling
+}
+
+fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {
+    let ahead: u32 = s.or("hybrid_ahead", default);
+    if s.has("hybrid_ahead") && intake != Intake::Hybrid {
+        s.problem("hybrid_ahead", "only applies to intake = \"hybrid\"");
+    }
+    if intake == Intake::Hybrid && !(1..=10_000).contains(&ahead) {
+        s.problem("hybrid_ahead", "must be between 1 and 10000");
+    }
+    ahead
 }
 
 /// GitLab fails a running job 15 minutes after its own timeout, counted from when it became
