@@ -82,14 +82,7 @@ async fn when_the_first_source_is_full_machines_come_from_the_next() -> Result<(
 }
 
 fn class_variable(value: &str) -> JobVariable {
-    JobVariable {
-        key: "AUTOSCALER_MACHINE_CLASS".into(),
-        value: value.into(),
-        masked: false,
-        file: false,
-        public: true,
-        raw: false,
-    }
+    JobVariable::new("AUTOSCALER_MACHINE_CLASS", value)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
