@@ -14,6 +14,7 @@ pub mod machines;
 pub mod mirror;
 pub mod pools;
 pub mod provisioner;
+pub mod routes;
 pub mod secret;
 pub mod service;
 pub mod sidecars;
