@@ -7,6 +7,7 @@ pub mod config;
 pub mod core;
 pub mod delivery;
 pub mod dispatch;
+pub mod import;
 pub mod inject;
 pub mod intake;
 pub mod jobs;
