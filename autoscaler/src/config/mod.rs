@@ -6,10 +6,10 @@
 
 mod env;
 mod policy;
-mod pool;
-mod reader;
+pub(crate) mod pool;
+pub(crate) mod reader;
 mod tls;
-mod values;
+pub(crate) mod values;
 
 use std::collections::HashSet;
 use std::fmt;

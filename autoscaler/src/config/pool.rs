@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::reader::Section;
 use super::{read_secret, resolve, values};
 use crate::core::reconcile::OrphanPolicy;
+use crate::core::scaler::Strategy;
 use crate::core::schedule::PolicyEntry;
 use crate::provisioner::Timeouts;
 use crate::secret::Secret;
@@ -89,6 +90,12 @@ pub struct ScalingConfig {
     /// Most idle slots `scale_factor` may ask for; 0 is no limit.
     pub scale_factor_limit: u32,
     pub intake: Intake,
+    /// How free capacity is decided: `demand` (ahead of demand; the default when no idle
+    /// policy is written) or `idle` (taskscaler's idle target and `idle_time`).
+    pub strategy: Strategy,
+    /// Machines are paid for by this period from their creation: an idle machine that is not
+    /// needed goes near the end of a paid period. `None`: by the second.
+    pub billing_period: Option<Duration>,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
@@ -108,6 +115,8 @@ impl Default for ScalingConfig {
             scale_factor: 0.0,
             scale_factor_limit: 0,
             intake: Intake::OnDemand,
+            strategy: Strategy::Demand,
+            billing_period: None,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
         }
@@ -165,8 +174,7 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let provisioner = s
         .table("provisioner")
         .map(|t| read_provisioner(t, base_dir));
-    let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
-    let policies = super::policy::read_policies(s.tables("policy"));
+    let (scaling, policies) = read_scaling_and_policies(&s);
     if !policies.is_empty() && provisioner.is_none() {
         s.problem("policy", "only applies to pools with a provisioner");
     }
@@ -264,7 +272,25 @@ fn read_provisioner(s: Section<'_>, base_dir: &Path) -> Option<ProvisionerConfig
     })
 }
 
-fn read_scaling(s: Section<'_>) -> ScalingConfig {
+/// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. The strategy is
+/// `idle` when the operator wrote an idle policy (`idle_count`, `scale_factor`, periods) and
+/// did not name one.
+pub(crate) fn read_scaling_and_policies(
+    s: &Section<'_>,
+) -> (ScalingConfig, Vec<Option<PolicyEntry>>) {
+    let (mut scaling, named) = s
+        .table("scaling")
+        .map(read_scaling)
+        .unwrap_or_else(|| (ScalingConfig::default(), false));
+    let policies = super::policy::read_policies(s.tables("policy"));
+    if !named && !policies.is_empty() {
+        scaling.strategy = Strategy::Idle;
+    }
+    (scaling, policies)
+}
+
+/// The pool's scaling settings, and whether `strategy` was written.
+fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
     let d = ScalingConfig::default();
     let max_machines: u32 = s.or("max_machines", d.max_machines);
     if !(1..=100_000).contains(&max_machines) {
@@ -290,6 +316,22 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         );
     }
     let (scale_factor, scale_factor_limit) = super::policy::read_scale_factor(&s, idle_count);
+    let wrote_idle_policy = ["idle_count", "scale_factor", "scale_factor_limit"]
+        .iter()
+        .any(|k| s.has(k));
+    let named: Option<Strategy> = s.optional("strategy");
+    let default_strategy = if wrote_idle_policy {
+        Strategy::Idle
+    } else {
+        Strategy::Demand
+    };
+    let billing_period = s.parsed("billing_period", values::duration);
+    if billing_period.is_some_and(|p| p < Duration::from_secs(60)) {
+        s.problem(
+            "billing_period",
+            "must be at least 1m (per-second billing: leave it out)",
+        );
+    }
     let scaling = ScalingConfig {
         max_machines,
         capacity_per_machine,
@@ -300,11 +342,13 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         scale_factor,
         scale_factor_limit,
         intake,
+        strategy: named.unwrap_or(default_strategy),
+        billing_period,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
-    scaling
+    (scaling, named.is_some())
 }
 
 /// GitLab fails a running job 15 minutes after its own timeout, counted from when it became

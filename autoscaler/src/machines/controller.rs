@@ -13,6 +13,7 @@ use super::PoolMachines;
 use super::policy::reason_code;
 use crate::config::ScalingConfig;
 use crate::core::breaker::BreakerState;
+use crate::core::demand::DemandTracker;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::scaler::{self, MachineView, PlanInput};
 use crate::core::schedule::PolicyEntry;
@@ -51,6 +52,8 @@ pub struct PoolController {
     tearing_down: Mutex<HashSet<String>>,
     /// Silent machines being probed over SSH.
     pub(super) probing: Mutex<HashSet<String>>,
+    /// Arrivals and create-to-ready times, for the demand-aware strategy.
+    demand: Mutex<DemandTracker>,
 }
 
 /// How the controller is set up.
@@ -91,6 +94,7 @@ impl PoolController {
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
+            demand: Mutex::new(DemandTracker::default()),
         })
     }
 
@@ -225,11 +229,23 @@ impl PoolController {
             u32::try_from(self.jobs.waiting_in_pool(self.pool()).len()).unwrap_or(u32::MAX);
         let policy = self.policy_in_force(now);
         let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
+        let forecast = {
+            let mut demand = self.demand.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for arrival in self.jobs.take_arrivals(self.pool()) {
+                demand.job_arrived(arrival.at, arrival.queue_size);
+            }
+            let states = live.iter().map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
+            demand.observe_machines(states, now);
+            let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
+            demand.observe_in_use(now, in_use);
+            demand.forecast(now, policy.idle_time)
+        };
         let plan = scaler::plan(&PlanInput {
             machines: &views,
             waiting_jobs: waiting,
             policy: &policy,
             provisioner_paused: paused,
+            forecast,
             now,
         });
         for r in &plan.drain {

@@ -18,6 +18,8 @@ impl PoolController {
             max_age: self.scaling.max_age.map_or(0, ms),
             scale_factor: self.scaling.scale_factor,
             scale_factor_limit: self.scaling.scale_factor_limit,
+            strategy: self.scaling.strategy,
+            billing_period: self.scaling.billing_period.map_or(0, ms),
         };
         let (policy, entry) = schedule::policy_in_force(base, &self.policies, now);
         let previous = self
