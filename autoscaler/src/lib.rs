@@ -17,6 +17,7 @@ pub mod provisioner;
 pub mod secret;
 pub mod service;
 pub mod sidecars;
+pub mod simulate;
 pub mod ssh;
 pub mod store;
 pub mod systemd;

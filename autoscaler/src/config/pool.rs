@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::reader::Section;
 use super::{read_secret, resolve, values};
 use crate::core::reconcile::OrphanPolicy;
-use crate::core::scaler::Strategy;
+use crate::core::scaler::{ScalePolicy, Strategy};
 use crate::core::schedule::PolicyEntry;
 use crate::provisioner::Timeouts;
 use crate::secret::Secret;
@@ -101,6 +101,25 @@ pub struct ScalingConfig {
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
     /// next start, so that running jobs continue).
     pub delete_on_shutdown: bool,
+}
+
+impl ScalingConfig {
+    /// The settings the planner works with (before a `[[pools.policy]]` entry's idle settings).
+    pub fn scale_policy(&self) -> ScalePolicy {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ScalePolicy {
+            max_machines: self.max_machines,
+            capacity_per_machine: self.capacity_per_machine,
+            idle_count: self.idle_count,
+            idle_time: ms(self.idle_time),
+            max_use_count: self.max_use_count,
+            max_age: self.max_age.map_or(0, ms),
+            scale_factor: self.scale_factor,
+            scale_factor_limit: self.scale_factor_limit,
+            strategy: self.strategy,
+            billing_period: self.billing_period.map_or(0, ms),
+        }
+    }
 }
 
 impl Default for ScalingConfig {

@@ -29,22 +29,24 @@ pub const DEFAULT_LEAD_TIME: Millis = 90_000;
 /// What the demand-aware policy knows about a pool's demand at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Forecast {
-    /// The most jobs that arrived within one `lead_time` during the last [`WINDOW`].
+    /// The most jobs that arrived within twice `lead_time` of another, weighed by age over
+    /// the window ([`weighed_peak`]).
     pub peak_in_lead_time: u32,
     /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
     /// of the payload minus the job handed out), while that report is fresh.
     pub gitlab_backlog: u32,
     /// How long this pool takes from the create request to a machine that takes jobs (the
-    /// slowest of the recent ones, so that a slow boot is planned for).
+    /// 90th percentile of the recent ones, so that a slow boot is planned for). The forecast
+    /// looks at arrivals within twice this: a job arriving while a machine is being made for
+    /// an earlier one needs its own.
     pub lead_time: Millis,
-    /// The mean time between the arrivals of the window (`None`: fewer than two arrivals).
-    pub arrival_gap: Option<Millis>,
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
-    /// The most job slots in use (running and waiting) during the last `surplus_grace`:
-    /// capacity goes only once it has not been needed for that long, so that slots in use that
-    /// rise and fall with each job do not release a machine only to make one again.
-    pub in_use_peak: u32,
+    /// The most job slots needed (in use, running or waiting, plus the free slots forecast)
+    /// during the last `surplus_grace`: capacity goes only once it has not been needed for that
+    /// long, so that demand that rises and falls with each job or burst does not release a
+    /// machine only to make one again (churn).
+    pub need_peak: u32,
 }
 
 /// Recent arrivals and create-to-ready times of one pool.
@@ -55,8 +57,10 @@ pub struct DemandTracker {
     lead_times: VecDeque<Millis>,
     /// Machines seen on their way to ready, whose create-to-ready time is still to be taken.
     starting: BTreeSet<String>,
-    /// Slots in use from each instant on, recorded when they change.
-    in_use: VecDeque<(Millis, u32)>,
+    /// Slots in use now (running and waiting), as last observed.
+    in_use: u32,
+    /// Slots needed (in use and forecast) from each instant on, recorded when they change.
+    needs: VecDeque<(Millis, u32)>,
 }
 
 /// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
@@ -68,8 +72,7 @@ pub struct Arrival {
 }
 
 impl DemandTracker {
-    /// A job came to the pool at `at`; `queue_size` is `job_info.queue_size` of its payload
-    /// (the candidate jobs GitLab's queue query returned, this one included).
+    /// A job came to the pool at `at`; `queue_size` is `job_info.queue_size` of its payload.
     pub fn job_arrived(&mut self, at: Millis, queue_size: Option<u32>) {
         // Arrivals are recorded in order but may come from passes a moment apart.
         let position = self.arrivals.partition_point(|&t| t <= at);
@@ -106,32 +109,39 @@ impl DemandTracker {
         self.starting = starting;
     }
 
-    /// The job slots in use (running and waiting) at `now`.
-    pub fn observe_in_use(&mut self, now: Millis, slots: u32) {
-        if self.in_use.back().is_none_or(|&(_, last)| last != slots) {
-            self.in_use.push_back((now, slots));
+    /// The job slots in use (running and waiting) now.
+    pub fn observe_in_use(&mut self, slots: u32) {
+        self.in_use = slots;
+    }
+
+    fn record_need(&mut self, now: Millis, slots: u32) {
+        if self.needs.back().is_none_or(|&(_, last)| last != slots) {
+            self.needs.push_back((now, slots));
         }
         // Keep the last change before the oldest instant asked about: it still holds then.
-        while self.in_use.len() > 1 && self.in_use[1].0 + MAX_WINDOW < now {
-            self.in_use.pop_front();
+        while self.needs.len() > 1 && self.needs[1].0 + MAX_WINDOW < now {
+            self.needs.pop_front();
         }
     }
 
-    /// The most slots in use from `since` on.
-    fn in_use_peak(&self, since: Millis) -> u32 {
-        let first = self.in_use.partition_point(|&(t, _)| t <= since).saturating_sub(1);
-        self.in_use.range(first..).map(|&(_, n)| n).max().unwrap_or(0)
+    /// The most slots needed from `since` on.
+    fn need_peak(&self, since: Millis) -> u32 {
+        let first = self
+            .needs
+            .partition_point(|&(t, _)| t <= since)
+            .saturating_sub(1);
+        self.needs
+            .range(first..)
+            .map(|&(_, n)| n)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The forecast at `now` from the arrivals of the last `window` (older ones are dropped
-    /// once older than [`MAX_WINDOW`]).
+    /// once older than [`MAX_WINDOW`]). Records the slots needed now, for `need_peak`.
     pub fn forecast(&mut self, now: Millis, window: Millis) -> Forecast {
         let window = window.clamp(1, MAX_WINDOW);
-        while self
-            .arrivals
-            .front()
-            .is_some_and(|&t| t + MAX_WINDOW < now)
-        {
+        while self.arrivals.front().is_some_and(|&t| t + MAX_WINDOW < now) {
             self.arrivals.pop_front();
         }
         let start = self.arrivals.partition_point(|&t| t + window <= now);
@@ -141,23 +151,21 @@ impl DemandTracker {
             Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
             _ => 0,
         };
-        let arrival_gap = mean_gap(&recent);
-        let surplus_grace = surplus_grace(lead_time, arrival_gap, window);
+        let surplus_grace = surplus_grace(lead_time, window);
+        let peak_in_lead_time = weighed_peak(&recent, lead_time * 2, now, window);
+        let need = self
+            .in_use
+            .saturating_add(peak_in_lead_time)
+            .saturating_add(gitlab_backlog);
+        self.record_need(now, need);
         Forecast {
-            peak_in_lead_time: weighed_peak(&recent, lead_time, now, window),
+            peak_in_lead_time,
             gitlab_backlog,
             lead_time,
-            arrival_gap,
             surplus_grace,
-            in_use_peak: self.in_use_peak(now.saturating_sub(surplus_grace)),
+            need_peak: self.need_peak(now.saturating_sub(surplus_grace)),
         }
     }
-}
-
-fn mean_gap(times: &[Millis]) -> Option<Millis> {
-    let (first, last) = (times.first()?, times.last()?);
-    let gaps = u64::try_from(times.len()).ok()?.checked_sub(1).filter(|&n| n > 0)?;
-    Some((last - first) / gaps)
 }
 
 /// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
@@ -168,8 +176,9 @@ fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
     sorted.get(rank.checked_sub(1)?).copied()
 }
 
-/// The most arrivals within one `span` ending at an arrival, each count weighed by
-/// `1 - age / window` (age of that arrival), rounded up. `times` is sorted, all within `window`.
+/// The most arrivals within one `span` ending at an arrival, less that arrival (a lone job
+/// predicts no other), weighed by `1 - age / window` (age of that arrival) and rounded.
+/// `times` is sorted, all within `window`.
 fn weighed_peak(times: &[Millis], span: Millis, now: Millis, window: Millis) -> u32 {
     let mut most: u64 = 0;
     let mut start = 0;
@@ -177,9 +186,9 @@ fn weighed_peak(times: &[Millis], span: Millis, now: Millis, window: Millis) -> 
         while times[start] + span <= t {
             start += 1;
         }
-        let count = (end + 1 - start) as u64;
+        let count = (end - start) as u64;
         let remaining = window.saturating_sub(now.saturating_sub(t));
-        most = most.max((count * remaining).div_ceil(window));
+        most = most.max((count * remaining + window / 2) / window);
     }
     u32::try_from(most).unwrap_or(u32::MAX)
 }
@@ -191,19 +200,12 @@ pub fn wanted_free_slots(forecast: &Forecast) -> u32 {
         .saturating_add(forecast.gitlab_backlog)
 }
 
-/// How long an idle machine the forecast does not need is kept: as long as it takes to make
-/// a new one (holding it longer costs more than a job would wait for its replacement), and
-/// two arrival gaps, so that steady demand whose slots in use rise and fall with each job does
-/// not release a machine between jobs only to make one again (churn); at least a minute, at
-/// most `idle_time` (also with no demand at all).
-pub fn surplus_grace(lead_time: Millis, arrival_gap: Option<Millis>, idle_time: Millis) -> Millis {
-    let Some(gap) = arrival_gap else {
-        return idle_time;
-    };
-    lead_time
-        .max(60_000)
-        .max(gap.saturating_mul(2))
-        .min(idle_time)
+/// How long an idle machine the forecast does not need is kept: twice the time a new one
+/// takes to make, at least 3 minutes (holding it longer costs more machine time than making it
+/// again; holding it shorter lets demand that comes in waves release a machine between waves),
+/// at most `idle_time`. While it is kept the slots needed meanwhile (`need_peak`) stay too.
+pub fn surplus_grace(lead_time: Millis, idle_time: Millis) -> Millis {
+    lead_time.saturating_mul(2).max(180_000).min(idle_time)
 }
 
 /// Whether a machine created at `created_at` is in the last part of a paid period, where
@@ -226,18 +228,27 @@ mod tests {
     fn the_forecast_is_the_busiest_lead_time_of_the_window() {
         let mut t = DemandTracker::default();
         t.machine_ready(60_000);
-        for at in [0, 10_000, 20_000, 200_000, 200_500, 201_000, 230_000, 250_000] {
+        for at in [
+            0, 10_000, 20_000, 200_000, 200_500, 201_000, 230_000, 250_000,
+        ] {
             t.job_arrived(at, None);
         }
         let window = 600_000;
         let f = t.forecast(250_000, window);
         assert_eq!(f.lead_time, 60_000);
-        assert_eq!(f.peak_in_lead_time, 5, "200 s to 250 s holds five arrivals");
-        assert_eq!(f.arrival_gap, Some(250_000 / 7));
+        // 130 s to 250 s (two lead times) holds five arrivals: four after the first.
+        assert_eq!(f.peak_in_lead_time, 4);
         // Half a window later they count half; a window later, not at all.
-        assert_eq!(t.forecast(250_000 + window / 2, window).peak_in_lead_time, 3);
+        assert_eq!(
+            t.forecast(250_000 + window / 2, window).peak_in_lead_time,
+            2
+        );
         let later = t.forecast(250_000 + window, window);
-        assert_eq!((later.peak_in_lead_time, later.arrival_gap), (0, None));
+        assert_eq!(later.peak_in_lead_time, 0);
+        // A lone job predicts no other.
+        let mut lone = DemandTracker::default();
+        lone.job_arrived(0, None);
+        assert_eq!(lone.forecast(1_000, window).peak_in_lead_time, 0);
     }
 
     #[test]
@@ -253,7 +264,11 @@ mod tests {
         for _ in 0..LEAD_SAMPLES {
             t.machine_ready(40_000);
         }
-        assert_eq!(t.forecast(100_000, 600_000).lead_time, 40_000, "old samples age out");
+        assert_eq!(
+            t.forecast(100_000, 600_000).lead_time,
+            40_000,
+            "old samples age out"
+        );
     }
 
     #[test]
@@ -261,28 +276,41 @@ mod tests {
         let mut t = DemandTracker::default();
         t.job_arrived(1_000, Some(12));
         assert_eq!(t.forecast(1_000, 600_000).gitlab_backlog, 11);
-        assert_eq!(t.forecast(1_000 + QUEUE_REPORT_FRESH + 1, 600_000).gitlab_backlog, 0);
+        assert_eq!(
+            t.forecast(1_000 + QUEUE_REPORT_FRESH + 1, 600_000)
+                .gitlab_backlog,
+            0
+        );
         t.job_arrived(40_000, Some(1));
-        assert_eq!(t.forecast(40_000, 600_000).gitlab_backlog, 0, "the queue emptied");
+        assert_eq!(
+            t.forecast(40_000, 600_000).gitlab_backlog,
+            0,
+            "the queue emptied"
+        );
     }
 
     #[test]
-    fn the_peak_in_use_covers_the_grace() {
+    fn the_peak_need_covers_the_grace() {
         let mut t = DemandTracker::default();
         t.machine_ready(30_000);
         for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (100_000, 1)] {
-            t.observe_in_use(at, slots);
+            t.observe_in_use(slots);
+            t.forecast(at, 600_000);
         }
-        // No arrivals: the grace is the window, 10 minutes, and holds the peak of 7.
+        // The grace is 3 minutes (more than twice the lead time): the peak of 7 is held.
         let f = t.forecast(100_000, 600_000);
-        assert_eq!((f.surplus_grace, f.in_use_peak), (600_000, 7));
-        // Steady arrivals every 10 s: the grace is a minute, back to 20 s (3) and on.
-        for at in (50_000..=100_000).step_by(10_000) {
+        assert_eq!((f.surplus_grace, f.need_peak), (180_000, 7));
+        // 3 were needed until 100 s: held until 280 s, then back to what is in use.
+        assert_eq!(t.forecast(250_000, 600_000).need_peak, 3);
+        assert_eq!(t.forecast(281_000, 600_000).need_peak, 1);
+        // Arrivals every 10 s: five in a minute (two lead times) after the first.
+        for at in (290_000..=340_000).step_by(10_000) {
             t.job_arrived(at, None);
         }
-        let f = t.forecast(100_000, 600_000);
-        assert_eq!((f.surplus_grace, f.in_use_peak), (60_000, 3));
-        assert_eq!(t.forecast(200_000, 600_000).in_use_peak, 1);
+        let f = t.forecast(340_000, 600_000);
+        assert_eq!((f.peak_in_lead_time, f.need_peak), (5, 6));
+        // The grace never exceeds the window (idle_time).
+        assert_eq!(t.forecast(340_000, 60_000).surplus_grace, 60_000);
     }
 
     #[test]

@@ -83,7 +83,8 @@ mod tests {
         assert_eq!(facts.id, JobId(12));
         assert_eq!(facts.project_id, Some(4));
         assert_eq!(facts.queue_size, None, "older GitLab sends no queue_size");
-        let with_queue = parse(br#"{"id": 1, "token": "t", "job_info": {"queue_size": 7, "queue_depth": 2}}"#);
+        let with_queue =
+            parse(br#"{"id": 1, "token": "t", "job_info": {"queue_size": 7, "queue_depth": 2}}"#);
         assert_eq!(with_queue.unwrap().queue_size, Some(7));
         assert_eq!(
             facts.dependencies,

@@ -288,13 +288,18 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         ));
         return plan;
     }
-    // Demand-aware: slots in use during the grace are kept, so a pool whose slots in use rise
-    // and fall with each job does not release a machine it soon makes again.
-    let recently_in_use = match p.strategy {
+    // Demand-aware: slots needed at any time during the grace are kept, so that a pool whose
+    // demand rises and falls within the grace does not release a machine it soon makes again.
+    // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
+    let recently_needed = match p.strategy {
         Strategy::Idle => 0,
-        Strategy::Demand => forecast.in_use_peak.saturating_sub(in_use),
+        Strategy::Demand => forecast.need_peak.saturating_sub(
+            in_use
+                .saturating_add(forecast.peak_in_lead_time)
+                .saturating_add(forecast.gitlab_backlog),
+        ),
     };
-    let spare = (free - wanted_free).saturating_sub(recently_in_use);
+    let spare = (free - wanted_free).saturating_sub(recently_needed);
     reclaim_idle(&mut plan, &serving, p, &forecast, now, spare);
     plan
 }
@@ -378,6 +383,6 @@ fn reclaim_idle(
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod demand_tests;
+#[cfg(test)]
+mod tests;

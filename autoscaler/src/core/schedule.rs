@@ -152,8 +152,8 @@ mod tests {
     /// after `idle_time`, a busy machine is never chosen, and the pool keeps a path to jobs.
     #[test]
     fn a_period_change_keeps_busy_machines_and_intake() {
-        use crate::core::machine::MachineState;
         use crate::core::demand::Forecast;
+        use crate::core::machine::MachineState;
         use crate::core::scaler::{MachineView, PlanInput, Strategy, plan};
         let base = ScalePolicy {
             max_machines: 10,

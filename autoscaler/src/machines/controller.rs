@@ -66,10 +66,6 @@ pub struct ControllerSettings {
     pub silence_timeout: Duration,
 }
 
-pub(super) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl PoolController {
     pub fn new(
         machines: Arc<PoolMachines>,
@@ -230,14 +226,19 @@ impl PoolController {
         let policy = self.policy_in_force(now);
         let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
         let forecast = {
-            let mut demand = self.demand.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut demand = self
+                .demand
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for arrival in self.jobs.take_arrivals(self.pool()) {
                 demand.job_arrived(arrival.at, arrival.queue_size);
             }
-            let states = live.iter().map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
+            let states = live
+                .iter()
+                .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
             demand.observe_machines(states, now);
             let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
-            demand.observe_in_use(now, in_use);
+            demand.observe_in_use(in_use);
             demand.forecast(now, policy.idle_time)
         };
         let plan = scaler::plan(&PlanInput {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::core::reconcile::ProviderState;
 use crate::core::demand::Forecast;
+use crate::core::reconcile::ProviderState;
 use crate::core::scaler::{self, MachineView, ScalePolicy, Strategy};
 use crate::provisioner::ProvisionerError;
 use crate::provisioner::fake::FakeProvisioner;

@@ -133,7 +133,7 @@ async fn a_job_released_for_lack_of_a_machine_is_failed_by_gitlab_and_its_retry_
 async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     let r = rig(
         mode.args(),
-        "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"",
+        "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"\nstrategy = \"idle\"",
         "create_rate = 0.05\ncreate_burst = 1",
         &[],
     )

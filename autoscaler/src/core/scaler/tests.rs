@@ -1,9 +1,9 @@
+use super::Strategy;
 use super::*;
 use crate::core::demand::Forecast;
 use MachineState as S;
 use proptest::prelude::*;
 use proptest::strategy::Strategy as PropStrategy;
-use super::Strategy;
 
 const P: ScalePolicy = ScalePolicy {
     max_machines: 5,
