@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 //! `autoscaler simulate` as a user runs it: JSON on stdout, and exit 64 for a bad file.
 
 use std::process::Command;
