@@ -1,4 +1,5 @@
-//! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`.
+//! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`,
+//! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +66,15 @@ enum Command {
         #[arg(long, default_value = crate::import::DEFAULT_PROVISIONERS_DIR)]
         provisioners_dir: PathBuf,
     },
+    /// Run a workload through the scaling planner in virtual time, against a modelled cloud,
+    /// and print a JSON report (job waits, machine-minutes, machines made, cost).
+    Simulate {
+        /// The workload file (TOML; see deploy/simulate/).
+        workload: PathBuf,
+        /// The policy file: pools with their scaling settings and modelled cloud.
+        #[arg(long)]
+        policy: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +127,24 @@ impl Cli {
                 Ok(c) => run(c),
                 Err(code) => code,
             },
+            Command::Simulate { workload, policy } => {
+                match crate::simulate::simulate(&workload, &policy) {
+                    Ok(r) => match serde_json::to_string_pretty(&r) {
+                        Ok(json) => {
+                            print_report(&json);
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => {
+                            report(&format!("cannot write the report: {e}"));
+                            ExitCode::FAILURE
+                        }
+                    },
+                    Err(e) => {
+                        report(&e.to_string());
+                        ExitCode::from(exit::CONFIG)
+                    }
+                }
+            }
             Command::Provisioner(ProvisionerCommand::Check {
                 path,
                 env,

@@ -20,6 +20,7 @@ pub mod routes;
 pub mod secret;
 pub mod service;
 pub mod sidecars;
+pub mod simulate;
 pub mod ssh;
 pub mod store;
 pub mod systemd;

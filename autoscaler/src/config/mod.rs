@@ -7,11 +7,11 @@
 mod classes;
 mod env;
 mod policy;
-mod pool;
-mod reader;
+pub(crate) mod pool;
+pub(crate) mod reader;
 mod sources;
 mod tls;
-mod values;
+pub(crate) mod values;
 
 use std::collections::HashSet;
 use std::fmt;

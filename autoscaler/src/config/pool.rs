@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::reader::Section;
 use super::{read_secret, resolve, values};
 use crate::core::reconcile::OrphanPolicy;
+use crate::core::scaler::{ScalePolicy, Strategy};
 use crate::core::schedule::PolicyEntry;
 use crate::provisioner::Timeouts;
 use crate::secret::Secret;
@@ -109,11 +110,36 @@ pub struct ScalingConfig {
     pub intake: Intake,
     /// `hybrid` intake: most jobs held waiting for a machine at once.
     pub hybrid_ahead: u32,
+    /// How free capacity is decided: `demand` (ahead of demand; the default when no idle
+    /// policy is written) or `idle` (taskscaler's idle target and `idle_time`).
+    pub strategy: Strategy,
+    /// Machines are paid for by this period from their creation: an idle machine that is not
+    /// needed goes near the end of a paid period. `None`: by the second.
+    pub billing_period: Option<Duration>,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
     /// next start, so that running jobs continue).
     pub delete_on_shutdown: bool,
+}
+
+impl ScalingConfig {
+    /// The settings the planner works with (before a `[[pools.policy]]` entry's idle settings).
+    pub fn scale_policy(&self) -> ScalePolicy {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ScalePolicy {
+            max_machines: self.max_machines,
+            capacity_per_machine: self.capacity_per_machine,
+            idle_count: self.idle_count,
+            idle_time: ms(self.idle_time),
+            max_use_count: self.max_use_count,
+            max_age: self.max_age.map_or(0, ms),
+            scale_factor: self.scale_factor,
+            scale_factor_limit: self.scale_factor_limit,
+            strategy: self.strategy,
+            billing_period: self.billing_period.map_or(0, ms),
+        }
+    }
 }
 
 impl Default for ScalingConfig {
@@ -129,6 +155,8 @@ impl Default for ScalingConfig {
             scale_factor_limit: 0,
             intake: Intake::OnDemand,
             hybrid_ahead: 4,
+            strategy: Strategy::Demand,
+            billing_period: None,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
         }
@@ -185,13 +213,12 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         .unwrap_or(Duration::from_secs(120));
     let sources = super::sources::read_sources(&s, base_dir);
     let provisioner = sources.as_ref().map(|all| all.first().cloned());
-    let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
+    let (scaling, policies) = read_scaling_and_policies(&s);
     let classes = super::classes::read_classes(
         &s,
         sources.as_deref().unwrap_or_default(),
         scaling.capacity_per_machine,
     );
-    let policies = super::policy::read_policies(s.tables("policy"));
     if !policies.is_empty() && provisioner.is_none() {
         s.problem("policy", "only applies to pools with a provisioner");
     }
@@ -232,7 +259,25 @@ pub(super) fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Dura
     s.parsed(key, values::duration).unwrap_or(default)
 }
 
-fn read_scaling(s: Section<'_>) -> ScalingConfig {
+/// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. The strategy is
+/// `idle` when the operator wrote an idle policy (`idle_count`, `scale_factor`, periods) and
+/// did not name one.
+pub(crate) fn read_scaling_and_policies(
+    s: &Section<'_>,
+) -> (ScalingConfig, Vec<Option<PolicyEntry>>) {
+    let (mut scaling, named) = s
+        .table("scaling")
+        .map(read_scaling)
+        .unwrap_or_else(|| (ScalingConfig::default(), false));
+    let policies = super::policy::read_policies(s.tables("policy"));
+    if !named && !policies.is_empty() {
+        scaling.strategy = Strategy::Idle;
+    }
+    (scaling, policies)
+}
+
+/// The pool's scaling settings, and whether `strategy` was written.
+fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
     let d = ScalingConfig::default();
     let max_machines: u32 = s.or("max_machines", d.max_machines);
     if !(1..=100_000).contains(&max_machines) {
@@ -258,6 +303,22 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         );
     }
     let (scale_factor, scale_factor_limit) = super::policy::read_scale_factor(&s, idle_count);
+    let wrote_idle_policy = ["idle_count", "scale_factor", "scale_factor_limit"]
+        .iter()
+        .any(|k| s.has(k));
+    let named: Option<Strategy> = s.optional("strategy");
+    let default_strategy = if wrote_idle_policy {
+        Strategy::Idle
+    } else {
+        Strategy::Demand
+    };
+    let billing_period = s.parsed("billing_period", values::duration);
+    if billing_period.is_some_and(|p| p < Duration::from_secs(60)) {
+        s.problem(
+            "billing_period",
+            "must be at least 1m (per-second billing: leave it out)",
+        );
+    }
     let scaling = ScalingConfig {
         max_machines,
         capacity_per_machine,
@@ -269,11 +330,13 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         scale_factor_limit,
         intake,
         hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
+        strategy: named.unwrap_or(default_strategy),
+        billing_period,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
-    scaling
+    (scaling, named.is_some())
 }
 
 fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {

@@ -10,6 +10,9 @@ pub struct JobFacts {
     pub id: JobId,
     pub token: String,
     pub project_id: Option<u64>,
+    /// `job_info.queue_size`: the jobs GitLab's queue query found for the runner, this one
+    /// included (newer GitLab only; runner-protocol.md).
+    pub queue_size: Option<u32>,
     /// `(job id, token)` of every predecessor whose artifacts this job may download.
     pub dependencies: Vec<(JobId, Option<String>)>,
 }
@@ -28,6 +31,8 @@ struct Payload {
 struct JobInfo {
     #[serde(default)]
     project_id: Option<u64>,
+    #[serde(default)]
+    queue_size: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -49,7 +54,11 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
     Ok(JobFacts {
         id: JobId(p.id),
         token: p.token,
-        project_id: p.job_info.and_then(|i| i.project_id),
+        project_id: p.job_info.as_ref().and_then(|i| i.project_id),
+        queue_size: p
+            .job_info
+            .and_then(|i| i.queue_size)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         dependencies: p
             .dependencies
             .unwrap_or_default()
@@ -73,6 +82,10 @@ mod tests {
         .unwrap();
         assert_eq!(facts.id, JobId(12));
         assert_eq!(facts.project_id, Some(4));
+        assert_eq!(facts.queue_size, None, "older GitLab sends no queue_size");
+        let with_queue =
+            parse(br#"{"id": 1, "token": "t", "job_info": {"queue_size": 7, "queue_depth": 2}}"#);
+        assert_eq!(with_queue.unwrap().queue_size, Some(7));
         assert_eq!(
             facts.dependencies,
             vec![(JobId(11), Some("glcbt-x".to_string()))]

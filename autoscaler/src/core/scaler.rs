@@ -8,10 +8,16 @@
 //! busy, so that their jobs finish; their slots no longer count, so replacements are made).
 //! A machine running a job is never destroyed, and nothing is created while the pool's
 //! provisioner is paused.
+//!
+//! Under the demand-aware strategy (`core::demand`) the free slots held are the forecast's
+//! (never fewer than the idle target above), and an idle machine the forecast does not need
+//! goes once it has idled as long as a new machine takes to make (at most `idle_time`). With a
+//! `billing_period`, such a machine is kept until the end of the period already paid for.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Millis;
+use super::demand::{self, Forecast};
 use super::machine::MachineState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,20 @@ pub struct ScalePolicy {
     pub scale_factor: f64,
     /// 0 is no limit.
     pub scale_factor_limit: u32,
+    pub strategy: Strategy,
+    /// Machines are paid for by this period from their creation (0: by the second).
+    pub billing_period: Millis,
+}
+
+/// How the free capacity a pool holds is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Taskscaler's: the idle target (`idle_count`, `scale_factor`), kept for `idle_time`.
+    #[default]
+    Idle,
+    /// Ahead of demand, from recent arrivals, GitLab's queue and the measured lead time.
+    Demand,
 }
 
 /// Why a machine is made or retired. Shown in logs and the admin view.
@@ -64,6 +84,14 @@ pub enum Reason {
     Steady,
     /// Machines are wanted but the provisioner is paused (its circuit breaker is open).
     ProvisionerPaused,
+    /// Demand-aware: recent arrivals say jobs will come faster than machines can be made.
+    DemandForecast,
+    /// Demand-aware: GitLab reports more jobs queued for this runner.
+    GitlabQueue,
+    /// Demand-aware: idle, and the forecast no longer needs it.
+    DemandFell,
+    /// Idle and not needed, at the end of the period already paid for.
+    BillingPeriodEnd,
 }
 
 /// A machine to drain or destroy, and why.
@@ -97,6 +125,8 @@ pub struct PlanInput<'a> {
     pub policy: &'a ScalePolicy,
     /// The provisioner's circuit breaker is open: no creation can succeed now.
     pub provisioner_paused: bool,
+    /// The pool's demand, for the demand-aware strategy (ignored by the idle one).
+    pub forecast: Forecast,
     pub now: Millis,
 }
 
@@ -156,6 +186,43 @@ impl ScalePolicy {
     }
 }
 
+/// Free slots wanted beyond the waiting jobs, and the reason each step of it gives.
+struct Wanted {
+    /// (free slots wanted in all, the reason a shortfall up to it gives), in rising order.
+    steps: [(u32, Reason); 4],
+}
+
+impl Wanted {
+    fn new(p: &ScalePolicy, forecast: &Forecast, waiting_jobs: u32, in_use: u32) -> Self {
+        let floor = waiting_jobs.saturating_add(p.idle_target(in_use));
+        let (peak, backlog) = match p.strategy {
+            Strategy::Idle => (0, 0),
+            Strategy::Demand => (forecast.peak_in_lead_time, forecast.gitlab_backlog),
+        };
+        let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
+        Self {
+            steps: [
+                (waiting_jobs, Reason::WaitingJobs),
+                (floor, Reason::IdleTarget),
+                (forecast_total, Reason::DemandForecast),
+                (forecast_total.saturating_add(backlog), Reason::GitlabQueue),
+            ],
+        }
+    }
+
+    fn total(&self) -> u32 {
+        self.steps[3].0
+    }
+
+    /// Why `free` slots are not enough: the first step they fall short of.
+    fn shortfall_reason(&self, free: u32) -> Reason {
+        self.steps
+            .iter()
+            .find(|(wanted, _)| free < *wanted)
+            .map_or(Reason::Steady, |(_, reason)| *reason)
+    }
+}
+
 /// The pool's next moves.
 pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     let PlanInput {
@@ -163,6 +230,7 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         waiting_jobs,
         policy: p,
         provisioner_paused,
+        forecast,
         now,
     } = *input;
     let (drain, destroy) = retirements(machines, p, now);
@@ -186,25 +254,30 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         })
         .sum();
     let in_use: u32 = machines.iter().map(|m| m.running_jobs).sum::<u32>() + waiting_jobs;
-    let idle_target = p.idle_target(in_use);
-    let wanted_free = waiting_jobs + idle_target;
+    let wanted = Wanted::new(p, &forecast, waiting_jobs, in_use);
+    let wanted_free = wanted.total();
     let mut plan = ScalePlan {
         create: 0,
         reason: Reason::Steady,
         drain,
         destroy,
         summary: format!(
-            "{waiting_jobs} jobs waiting, {in_use} slots in use, idle target {idle_target}, {free} free slots"
+            "{waiting_jobs} jobs waiting, {in_use} slots in use, {} free slots wanted, {free} free",
+            wanted_free.saturating_sub(waiting_jobs)
         ),
     };
+    if p.strategy == Strategy::Demand {
+        plan.summary.push_str(&format!(
+            " (forecast {} in {} s, GitLab queue {})",
+            forecast.peak_in_lead_time,
+            forecast.lead_time / 1000,
+            forecast.gitlab_backlog
+        ));
+    }
     if free < wanted_free {
         let machines_needed = (wanted_free - free).div_ceil(p.slots_per_new_machine());
         let room = p.max_machines.saturating_sub(counted);
-        plan.reason = if free < waiting_jobs {
-            Reason::WaitingJobs
-        } else {
-            Reason::IdleTarget
-        };
+        plan.reason = wanted.shortfall_reason(free);
         if provisioner_paused {
             plan.reason = Reason::ProvisionerPaused;
         } else {
@@ -215,7 +288,19 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         ));
         return plan;
     }
-    reclaim_idle(&mut plan, &serving, p, now, free - wanted_free);
+    // Demand-aware: slots needed at any time during the grace are kept, so that a pool whose
+    // demand rises and falls within the grace does not release a machine it soon makes again.
+    // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
+    let recently_needed = match p.strategy {
+        Strategy::Idle => 0,
+        Strategy::Demand => forecast.need_peak.saturating_sub(
+            in_use
+                .saturating_add(forecast.peak_in_lead_time)
+                .saturating_add(forecast.gitlab_backlog),
+        ),
+    };
+    let spare = (free - wanted_free).saturating_sub(recently_needed);
+    reclaim_idle(&mut plan, &serving, p, &forecast, now, spare);
     plan
 }
 
@@ -252,18 +337,31 @@ fn retirements(
     (drain, destroy)
 }
 
-/// Idle reclaim: the longest-idle first, while the rest still covers what is wanted.
+/// Idle reclaim: the longest-idle first, while the rest still covers what is wanted. An idle
+/// machine is surplus after `idle_time` (idle strategy) or after the demand-aware grace; with
+/// a billing period it then waits for the end of the period it is paid for.
 fn reclaim_idle(
     plan: &mut ScalePlan,
     serving: &[&MachineView],
     p: &ScalePolicy,
+    forecast: &Forecast,
     now: Millis,
     mut spare: u32,
 ) {
+    let (grace, reason) = match p.strategy {
+        Strategy::Idle => (p.idle_time, Reason::IdleTimeout),
+        Strategy::Demand => (forecast.surplus_grace, Reason::DemandFell),
+    };
+    let reason = if p.billing_period > 0 {
+        Reason::BillingPeriodEnd
+    } else {
+        reason
+    };
     let mut idle: Vec<&&MachineView> = serving
         .iter()
         .filter(|m| m.state == MachineState::Ready && m.running_jobs == 0)
-        .filter(|m| now.saturating_sub(m.idle_since) >= p.idle_time)
+        .filter(|m| now.saturating_sub(m.idle_since) >= grace)
+        .filter(|m| demand::near_period_end(m.created_at, p.billing_period, now))
         .collect();
     idle.sort_by_key(|m| m.idle_since);
     for m in idle {
@@ -274,15 +372,17 @@ fn reclaim_idle(
         spare -= slots;
         plan.destroy.push(Retire {
             id: m.id.clone(),
-            reason: Reason::IdleTimeout,
+            reason,
             detail: format!(
-                "idle for {} s (idle_time {} s)",
+                "idle for {} s (after {} s an idle machine not needed goes)",
                 now.saturating_sub(m.idle_since) / 1000,
-                p.idle_time / 1000
+                grace / 1000
             ),
         });
     }
 }
 
+#[cfg(test)]
+mod demand_tests;
 #[cfg(test)]
 mod tests;

@@ -152,8 +152,9 @@ mod tests {
     /// after `idle_time`, a busy machine is never chosen, and the pool keeps a path to jobs.
     #[test]
     fn a_period_change_keeps_busy_machines_and_intake() {
+        use crate::core::demand::Forecast;
         use crate::core::machine::MachineState;
-        use crate::core::scaler::{MachineView, PlanInput, plan};
+        use crate::core::scaler::{MachineView, PlanInput, Strategy, plan};
         let base = ScalePolicy {
             max_machines: 10,
             capacity_per_machine: 1,
@@ -163,6 +164,8 @@ mod tests {
             max_age: 0,
             scale_factor: 0.0,
             scale_factor_limit: 0,
+            strategy: Strategy::Idle,
+            billing_period: 0,
         };
         let entries = [entry(&["* 7-19 * * mon-fri"], Tz::UTC, 3)];
         let machine = |id: &str, state, running, idle_since| MachineView {
@@ -189,6 +192,7 @@ mod tests {
             waiting_jobs: 0,
             policy: &night_policy,
             provisioner_paused: false,
+            forecast: Forecast::default(),
             now,
         };
         assert!(

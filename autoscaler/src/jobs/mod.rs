@@ -1,12 +1,13 @@
 //! The jobs the autoscaler holds: their phase (see `core::job`), mirrored in the store, and the
 //! checks that decide whether a relayed call may reach GitLab.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
 use crate::clock::Clock;
+use crate::core::demand::Arrival;
 use crate::core::job::{InvalidTransition, JobEvent, JobPhase, transition};
 use crate::core::payload::{self, PayloadError};
 use crate::core::{JobId, Millis};
@@ -70,7 +71,12 @@ pub struct Jobs {
     /// A job could not be stored; no more are taken until a write works again.
     store_failing: std::sync::atomic::AtomicBool,
     classes: class::PoolClasses,
+    /// New jobs by pool, until the pool's controller takes them for its demand forecast.
+    arrivals: Mutex<HashMap<String, VecDeque<Arrival>>>,
 }
+
+/// Arrivals kept for a pool whose controller does not take them (a static pool).
+const ARRIVALS_KEPT: usize = 10_000;
 
 impl Jobs {
     /// Loads the jobs the store holds (all phases, finished ones too until they are collected).
@@ -95,6 +101,7 @@ impl Jobs {
             changed: tokio::sync::watch::Sender::new(0),
             store_failing: std::sync::atomic::AtomicBool::new(false),
             classes: class::PoolClasses::default(),
+            arrivals: Mutex::default(),
         })
     }
 
@@ -184,6 +191,15 @@ impl Jobs {
         // A job failed before any runner saw it has an empty log at GitLab: the note saying why
         // goes at its start.
         let never_ran = matches!(record.phase, JobPhase::Failing { .. });
+        if !refused {
+            self.record_arrival(
+                pool,
+                Arrival {
+                    at: record.accepted_at,
+                    queue_size: facts.queue_size,
+                },
+            );
+        }
         self.lock().insert(
             id,
             Held {
@@ -199,6 +215,27 @@ impl Jobs {
         } else {
             Accepted::New(id)
         })
+    }
+
+    fn record_arrival(&self, pool: &str, arrival: Arrival) {
+        let mut arrivals = self
+            .arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = arrivals.entry(pool.to_string()).or_default();
+        if list.len() == ARRIVALS_KEPT {
+            list.pop_front();
+        }
+        list.push_back(arrival);
+    }
+
+    /// The jobs that came to `pool` since the last call (for its demand forecast).
+    pub fn take_arrivals(&self, pool: &str) -> VecDeque<Arrival> {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(pool)
+            .unwrap_or_default()
     }
 
     /// Whether the store takes writes: `true` unless a job could not be stored, then only once

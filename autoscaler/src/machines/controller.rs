@@ -13,6 +13,7 @@ use super::PoolMachines;
 use crate::config::ScalingConfig;
 use crate::core::SidecarId;
 use crate::core::classes::Classes;
+use crate::core::demand::DemandTracker;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::schedule::PolicyEntry;
 use crate::dispatch::PoolQueue;
@@ -27,6 +28,10 @@ const TICK: Duration = Duration::from_secs(1);
 const PASS_GAP: Duration = Duration::from_millis(100);
 /// Stopping a sidecar before its machine is destroyed is a courtesy, bounded.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 #[derive(Debug)]
 pub struct PoolController {
@@ -55,6 +60,8 @@ pub struct PoolController {
     tearing_down: Mutex<HashSet<String>>,
     /// Silent machines being probed over SSH.
     pub(super) probing: Mutex<HashSet<String>>,
+    /// Arrivals and create-to-ready times, for the demand-aware strategy.
+    pub(super) demand: Mutex<DemandTracker>,
 }
 
 /// How the controller is set up.
@@ -66,10 +73,6 @@ pub struct ControllerSettings {
     pub reconcile_interval: Duration,
     pub ready_timeout: Duration,
     pub silence_timeout: Duration,
-}
-
-pub(super) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl PoolController {
@@ -99,6 +102,7 @@ impl PoolController {
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
+            demand: Mutex::new(DemandTracker::default()),
         })
     }
 

@@ -148,9 +148,12 @@ impl Rig {
     }
 }
 
+/// Taskscaler's idle strategy: an idle machine goes after `idle_time` (the demand-aware
+/// default would release it after its own grace).
 fn on_demand() -> ScalingConfig {
     ScalingConfig {
         idle_time: Duration::from_secs(600),
+        strategy: crate::core::scaler::Strategy::Idle,
         ..ScalingConfig::default()
     }
 }

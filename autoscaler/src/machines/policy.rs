@@ -1,7 +1,7 @@
 //! The scaling policy a pool's controller plans with: the pool's own settings, with the idle
 //! settings of the `[[pools.policy]]` entry in force (see `core::schedule`).
 
-use super::controller::{PoolController, ms};
+use super::controller::PoolController;
 use crate::core::scaler::{Reason, ScalePolicy};
 use crate::core::schedule;
 
@@ -9,16 +9,7 @@ impl PoolController {
     /// The pool's policy with the `[[pools.policy]]` entry in force now; a change of entry is
     /// logged once (`period_change`) and the intake is told the idle target.
     pub(super) fn policy_in_force(&self, now: u64) -> ScalePolicy {
-        let base = ScalePolicy {
-            max_machines: self.scaling.max_machines,
-            capacity_per_machine: self.scaling.capacity_per_machine,
-            idle_count: self.scaling.idle_count,
-            idle_time: ms(self.scaling.idle_time),
-            max_use_count: self.scaling.max_use_count,
-            max_age: self.scaling.max_age.map_or(0, ms),
-            scale_factor: self.scaling.scale_factor,
-            scale_factor_limit: self.scaling.scale_factor_limit,
-        };
+        let base = self.scaling.scale_policy();
         let (policy, entry) = schedule::policy_in_force(base, &self.policies, now);
         let previous = self
             .period

@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use super::controller::PoolController;
 use super::policy::reason_code;
+use crate::core::Millis;
 use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
+use crate::core::demand::Forecast;
 use crate::core::machine::MachineEvent;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
@@ -19,6 +21,13 @@ impl PoolController {
         let policy = self.policy_in_force(now);
         let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
         let mut waiting = self.jobs.waiting_by_class(self.pool());
+        let forecast = self.forecast(
+            &live,
+            running,
+            waiting.values().sum(),
+            policy.idle_time,
+            now,
+        );
         let classes: Vec<Option<&MachineClass>> = match &self.classes {
             None => vec![None],
             Some(classes) => classes.list.iter().map(Some).collect(),
@@ -33,9 +42,55 @@ impl PoolController {
                 waiting_jobs: waiting.remove(&name).unwrap_or(0),
                 policy: &self.class_policy(&policy, class, others.len()),
                 provisioner_paused: paused,
+                forecast: self.class_forecast(&forecast, class),
                 now,
             });
             self.carry_out(&plan, class).await;
+        }
+    }
+
+    /// The pool's demand forecast (`core::demand`), fed with this pass's arrivals, machines and
+    /// slots in use.
+    fn forecast(
+        &self,
+        live: &[MachineRecord],
+        running: &(dyn Fn(&MachineRecord) -> u32 + Sync),
+        waiting: u32,
+        idle_time: Millis,
+        now: Millis,
+    ) -> Forecast {
+        let mut demand = self
+            .demand
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for arrival in self.jobs.take_arrivals(self.pool()) {
+            demand.job_arrived(arrival.at, arrival.queue_size);
+        }
+        let states = live
+            .iter()
+            .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
+        demand.observe_machines(states, now);
+        let in_use = live.iter().map(running).sum::<u32>() + waiting;
+        demand.observe_in_use(in_use);
+        demand.forecast(now, idle_time)
+    }
+
+    /// The forecast keeps machines of the default class ready, as the idle settings do; the
+    /// other classes are made on demand (they keep only the forecast's timings).
+    fn class_forecast(&self, forecast: &Forecast, class: Option<&MachineClass>) -> Forecast {
+        let is_default = match (class, &self.classes) {
+            (Some(class), Some(classes)) => classes.default == class.name,
+            _ => true,
+        };
+        if is_default {
+            *forecast
+        } else {
+            Forecast {
+                peak_in_lead_time: 0,
+                gitlab_backlog: 0,
+                need_peak: 0,
+                ..*forecast
+            }
         }
     }
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::core::demand::Forecast;
 use crate::core::reconcile::ProviderState;
-use crate::core::scaler::{self, MachineView, ScalePolicy};
+use crate::core::scaler::{self, MachineView, ScalePolicy, Strategy};
 use crate::provisioner::ProvisionerError;
 use crate::provisioner::fake::FakeProvisioner;
 use crate::store::MemoryStore;
@@ -163,12 +164,15 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         max_age: 0,
         scale_factor: 0.0,
         scale_factor_limit: 0,
+        strategy: Strategy::Idle,
+        billing_period: 0,
     };
     let plan = scaler::plan(&scaler::PlanInput {
         machines: &views,
         waiting_jobs: 1,
         policy: &policy,
         provisioner_paused: false,
+        forecast: Forecast::default(),
         now: r.clock.now(),
     });
     assert_eq!(plan.create, 1);

@@ -131,9 +131,11 @@ async fn a_job_released_for_lack_of_a_machine_is_failed_by_gitlab_and_its_retry_
 /// dropped within a keep-alive, never runs, and no machine is made for it when the throttle
 /// opens.
 async fn canceled_while_waiting(mode: Mode) -> Result<()> {
+    // Taskscaler's idle strategy: the demand-aware one would make a machine ahead of demand
+    // when the throttle opens, which this test says must not happen for a canceled job.
     let r = rig(
         mode.args(),
-        "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"",
+        "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"\nstrategy = \"idle\"",
         "create_rate = 0.05\ncreate_burst = 1",
         &[],
     )

@@ -38,7 +38,9 @@ async fn when_the_first_source_is_full_machines_come_from_the_next() -> Result<(
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
     let mut pool = PoolSpec::new("local");
     pool.tail = format!(
-        "{}\n{}\n[pools.scaling]\nmax_machines = 3\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
+        // The idle strategy makes exactly the machines the jobs need, so that they can be
+        // counted per source (the demand-aware default may make one ahead).
+        "{}\n{}\n[pools.scaling]\nmax_machines = 3\nstrategy = \"idle\"\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
         source("onprem", "max_machines = 1", &onprem_log),
         source("cloud", "", &cloud_log),
     );

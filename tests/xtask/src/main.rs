@@ -7,12 +7,16 @@
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
 //! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`;
-//! - `references`: the check that no file points outside the repository, alone.
+//! - `references`: the check that no file points outside the repository, alone;
+//! - `simulate`: every shipped workload under the demand-aware policy and the taskscaler
+//!   baseline, side by side, with the target checked (`--write`: into README.md; `--sweep`:
+//!   the baselines over a grid of their settings).
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
 
 mod leftovers;
 mod references;
+mod simulate;
 
 use std::process::{Command, ExitCode};
 
@@ -27,9 +31,15 @@ fn main() -> ExitCode {
         "chaos" => chaos(&rest),
         "bench" => bench(&rest),
         "references" => workspace_root().and_then(|root| references::check(&root)),
+        "simulate" => run(
+            "cargo",
+            &["build", "-p", "autoscaler", "--bin", "autoscaler"],
+        )
+        .and_then(|()| workspace_root())
+        .and_then(|root| simulate::simulate(&root, &rest)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo|chaos|bench|references> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write])\n  references  check that no file points outside the repository"
+                "usage: cargo xtask <test|demo|chaos|bench|references|simulate> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write])\n  references  check that no file points outside the repository\n  simulate  the workloads under both policies, side by side ([--write] [--sweep])"
             );
             return ExitCode::from(2);
         }

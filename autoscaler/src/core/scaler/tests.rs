@@ -1,6 +1,9 @@
+use super::Strategy;
 use super::*;
+use crate::core::demand::Forecast;
 use MachineState as S;
 use proptest::prelude::*;
+use proptest::strategy::Strategy as PropStrategy;
 
 const P: ScalePolicy = ScalePolicy {
     max_machines: 5,
@@ -11,6 +14,8 @@ const P: ScalePolicy = ScalePolicy {
     max_age: 0,
     scale_factor: 0.0,
     scale_factor_limit: 0,
+    strategy: Strategy::Idle,
+    billing_period: 0,
 };
 
 fn m(id: &str, state: MachineState, running: u32, uses: u32, idle_since: Millis) -> MachineView {
@@ -35,6 +40,7 @@ fn run(
         waiting_jobs,
         policy,
         provisioner_paused: false,
+        forecast: Forecast::default(),
         now,
     })
 }
@@ -173,6 +179,7 @@ fn nothing_is_created_while_the_provisioner_is_paused() {
         waiting_jobs: 4,
         policy: &P,
         provisioner_paused: true,
+        forecast: Forecast::default(),
         now: 0,
     });
     assert_eq!((plan.create, plan.reason), (0, Reason::ProvisionerPaused));
@@ -190,7 +197,7 @@ fn with_no_demand_a_multi_slot_pool_reaches_zero_after_idle_time() {
     assert_eq!(ids(&plan.destroy), ["a", "b"]);
 }
 
-fn state() -> impl Strategy<Value = MachineState> {
+fn state() -> impl PropStrategy<Value = MachineState> {
     prop_oneof![
         Just(S::Requested),
         Just(S::Creating),
@@ -203,7 +210,7 @@ fn state() -> impl Strategy<Value = MachineState> {
     ]
 }
 
-fn fleet() -> impl Strategy<Value = Vec<MachineView>> {
+fn fleet() -> impl PropStrategy<Value = Vec<MachineView>> {
     proptest::collection::vec(
         (state(), 0u32..4, 0u32..6, 0u64..200_000, 0u64..200_000),
         0..12,
@@ -230,7 +237,7 @@ fn fleet() -> impl Strategy<Value = Vec<MachineView>> {
     })
 }
 
-fn policy() -> impl Strategy<Value = ScalePolicy> {
+fn policy() -> impl PropStrategy<Value = ScalePolicy> {
     (
         1u32..8,
         1u32..4,
@@ -250,6 +257,8 @@ fn policy() -> impl Strategy<Value = ScalePolicy> {
                 max_age: aged * 150_000,
                 scale_factor: f64::from(factor) * 0.5,
                 scale_factor_limit: limit,
+                strategy: Strategy::Idle,
+                billing_period: 0,
             },
         )
 }
@@ -262,7 +271,7 @@ proptest! {
         machines in fleet(), policy in policy(), waiting in 0u32..20,
         paused in any::<bool>(), now in 0u64..400_000,
     ) {
-        let plan = plan(&PlanInput { machines: &machines, waiting_jobs: waiting, policy: &policy, provisioner_paused: paused, now });
+        let plan = plan(&PlanInput { machines: &machines, waiting_jobs: waiting, policy: &policy, provisioner_paused: paused, forecast: Forecast::default(), now });
         for retired in &plan.destroy {
             let m = machines.iter().find(|m| m.id == retired.id).unwrap();
             prop_assert_eq!(m.running_jobs, 0, "destroyed a busy machine: {:?}", m);
@@ -283,7 +292,7 @@ proptest! {
         let mut waiting = running;
         for pass in 0..6u64 {
             let now = pass * 1_000;
-            let plan = plan(&PlanInput { machines: &machines, waiting_jobs: waiting, policy: &policy, provisioner_paused: false, now });
+            let plan = plan(&PlanInput { machines: &machines, waiting_jobs: waiting, policy: &policy, provisioner_paused: false, forecast: Forecast::default(), now });
             if pass == 5 {
                 prop_assert_eq!(plan.create, 0);
                 prop_assert!(plan.destroy.is_empty() && plan.drain.is_empty());

@@ -1,0 +1,327 @@
+//! The demand-aware policy: how many free job slots to hold, judged from the jobs that came
+//! recently, the queue GitLab reports, and how long this pool takes to make a machine.
+//!
+//! A job that finds no free slot waits for a machine to be made, so the slots worth holding are
+//! those that jobs will ask for before a new machine could be ready. The tracker remembers
+//! recent arrivals and the pool's measured create-to-ready times; the forecast is the most jobs
+//! that arrived within one create-to-ready time (bursts and pipelines that fan out count as
+//! they came), each such peak weighed down linearly with its age until it counts for nothing
+//! after the window (the pool's `idle_time`: as long as taskscaler keeps an idle machine after
+//! its last job), plus the jobs GitLab said it still queues for this runner. As demand falls,
+//! the forecast falls with it, and with no demand it is zero.
+//!
+//! Pure: time comes in as an argument.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use super::Millis;
+
+/// Arrivals kept, at most: the window is the pool's `idle_time`, bounded by this.
+pub const MAX_WINDOW: Millis = 60 * 60_000;
+/// How long a queue size GitLab reported is believed: later payloads replace it, and jobs it
+/// counted are taken by then.
+pub const QUEUE_REPORT_FRESH: Millis = 30_000;
+/// Create-to-ready times kept.
+const LEAD_SAMPLES: usize = 32;
+/// Assumed until the pool has made a machine: a cloud VM's boot, on the slow side.
+pub const DEFAULT_LEAD_TIME: Millis = 90_000;
+
+/// What the demand-aware policy knows about a pool's demand at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Forecast {
+    /// The most jobs that arrived within twice `lead_time` of another, weighed by age over
+    /// the window ([`weighed_peak`]).
+    pub peak_in_lead_time: u32,
+    /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
+    /// of the payload minus the job handed out), while that report is fresh.
+    pub gitlab_backlog: u32,
+    /// How long this pool takes from the create request to a machine that takes jobs (the
+    /// 90th percentile of the recent ones, so that a slow boot is planned for). The forecast
+    /// looks at arrivals within twice this: a job arriving while a machine is being made for
+    /// an earlier one needs its own.
+    pub lead_time: Millis,
+    /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
+    pub surplus_grace: Millis,
+    /// The most job slots needed (in use, running or waiting, plus the free slots forecast)
+    /// during the last `surplus_grace`: capacity goes only once it has not been needed for that
+    /// long, so that demand that rises and falls with each job or burst does not release a
+    /// machine only to make one again (churn).
+    pub need_peak: u32,
+}
+
+/// Recent arrivals and create-to-ready times of one pool.
+#[derive(Debug, Clone, Default)]
+pub struct DemandTracker {
+    arrivals: VecDeque<Millis>,
+    queue_report: Option<(u32, Millis)>,
+    lead_times: VecDeque<Millis>,
+    /// Machines seen on their way to ready, whose create-to-ready time is still to be taken.
+    starting: BTreeSet<String>,
+    /// Slots in use now (running and waiting), as last observed.
+    in_use: u32,
+    /// Slots needed (in use and forecast) from each instant on, recorded when they change.
+    needs: VecDeque<(Millis, u32)>,
+}
+
+/// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
+/// jobs GitLab's queue query returned, this one included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    pub at: Millis,
+    pub queue_size: Option<u32>,
+}
+
+impl DemandTracker {
+    /// A job came to the pool at `at`; `queue_size` is `job_info.queue_size` of its payload.
+    pub fn job_arrived(&mut self, at: Millis, queue_size: Option<u32>) {
+        // Arrivals are recorded in order but may come from passes a moment apart.
+        let position = self.arrivals.partition_point(|&t| t <= at);
+        self.arrivals.insert(position, at);
+        if let Some(size) = queue_size {
+            self.queue_report = Some((size.saturating_sub(1), at));
+        }
+    }
+
+    /// A machine took jobs for the first time; `lead_time` from its create request to then.
+    pub fn machine_ready(&mut self, lead_time: Millis) {
+        if self.lead_times.len() == LEAD_SAMPLES {
+            self.lead_times.pop_front();
+        }
+        self.lead_times.push_back(lead_time);
+    }
+
+    /// Takes the create-to-ready time of each machine seen starting that now takes jobs
+    /// (`machines`: id, created at, takes jobs). A machine first seen ready (adopted after a
+    /// restart) is not measured: its creation is too far back to say anything.
+    pub fn observe_machines<'a>(
+        &mut self,
+        machines: impl Iterator<Item = (&'a str, Millis, bool)>,
+        now: Millis,
+    ) {
+        let mut starting = BTreeSet::new();
+        for (id, created_at, ready) in machines {
+            if !ready {
+                starting.insert(id.to_string());
+            } else if self.starting.contains(id) {
+                self.machine_ready(now.saturating_sub(created_at));
+            }
+        }
+        self.starting = starting;
+    }
+
+    /// The job slots in use (running and waiting) now.
+    pub fn observe_in_use(&mut self, slots: u32) {
+        self.in_use = slots;
+    }
+
+    fn record_need(&mut self, now: Millis, slots: u32) {
+        if self.needs.back().is_none_or(|&(_, last)| last != slots) {
+            self.needs.push_back((now, slots));
+        }
+        // Keep the last change before the oldest instant asked about: it still holds then.
+        while self.needs.len() > 1 && self.needs[1].0 + MAX_WINDOW < now {
+            self.needs.pop_front();
+        }
+    }
+
+    /// The most slots needed from `since` on.
+    fn need_peak(&self, since: Millis) -> u32 {
+        let first = self
+            .needs
+            .partition_point(|&(t, _)| t <= since)
+            .saturating_sub(1);
+        self.needs
+            .range(first..)
+            .map(|&(_, n)| n)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The forecast at `now` from the arrivals of the last `window` (older ones are dropped
+    /// once older than [`MAX_WINDOW`]). Records the slots needed now, for `need_peak`.
+    pub fn forecast(&mut self, now: Millis, window: Millis) -> Forecast {
+        let window = window.clamp(1, MAX_WINDOW);
+        while self.arrivals.front().is_some_and(|&t| t + MAX_WINDOW < now) {
+            self.arrivals.pop_front();
+        }
+        let start = self.arrivals.partition_point(|&t| t + window <= now);
+        let recent: Vec<Millis> = self.arrivals.range(start..).copied().collect();
+        let lead_time = slow_end(&self.lead_times).unwrap_or(DEFAULT_LEAD_TIME);
+        let gitlab_backlog = match self.queue_report {
+            Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
+            _ => 0,
+        };
+        let surplus_grace = surplus_grace(lead_time, window);
+        let peak_in_lead_time = weighed_peak(&recent, lead_time * 2, now, window);
+        let need = self
+            .in_use
+            .saturating_add(peak_in_lead_time)
+            .saturating_add(gitlab_backlog);
+        self.record_need(now, need);
+        Forecast {
+            peak_in_lead_time,
+            gitlab_backlog,
+            lead_time,
+            surplus_grace,
+            need_peak: self.need_peak(now.saturating_sub(surplus_grace)),
+        }
+    }
+}
+
+/// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
+fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
+    let mut sorted: Vec<Millis> = samples.iter().copied().collect();
+    sorted.sort_unstable();
+    let rank = (sorted.len() * 9).div_ceil(10);
+    sorted.get(rank.checked_sub(1)?).copied()
+}
+
+/// The most arrivals within one `span` ending at an arrival, less that arrival (a lone job
+/// predicts no other), weighed by `1 - age / window` (age of that arrival) and rounded.
+/// `times` is sorted, all within `window`.
+fn weighed_peak(times: &[Millis], span: Millis, now: Millis, window: Millis) -> u32 {
+    let mut most: u64 = 0;
+    let mut start = 0;
+    for (end, &t) in times.iter().enumerate() {
+        // `start < end`: with a zero span (machines ready the instant they were made, as under
+        // a clock that does not move) every earlier arrival falls out, never the current one.
+        while start < end && times[start] + span <= t {
+            start += 1;
+        }
+        let count = (end - start) as u64;
+        let remaining = window.saturating_sub(now.saturating_sub(t));
+        most = most.max((count * remaining + window / 2) / window);
+    }
+    u32::try_from(most).unwrap_or(u32::MAX)
+}
+
+/// Free slots the forecast asks for, beyond the jobs already waiting in the pool.
+pub fn wanted_free_slots(forecast: &Forecast) -> u32 {
+    forecast
+        .peak_in_lead_time
+        .saturating_add(forecast.gitlab_backlog)
+}
+
+/// How long an idle machine the forecast does not need is kept: twice the time a new one
+/// takes to make, at least 3 minutes (holding it longer costs more machine time than making it
+/// again; holding it shorter lets demand that comes in waves release a machine between waves),
+/// at most `idle_time`. While it is kept the slots needed meanwhile (`need_peak`) stay too.
+pub fn surplus_grace(lead_time: Millis, idle_time: Millis) -> Millis {
+    lead_time.saturating_mul(2).max(180_000).min(idle_time)
+}
+
+/// Whether a machine created at `created_at` is in the last part of a paid period, where
+/// giving it up loses nothing already paid for. The last part is 3 minutes (a tenth of a
+/// shorter period), enough for a few passes and the provider's destroy.
+pub fn near_period_end(created_at: Millis, billing_period: Millis, now: Millis) -> bool {
+    if billing_period == 0 {
+        return true;
+    }
+    let margin = (billing_period / 10).min(180_000);
+    let into_period = now.saturating_sub(created_at) % billing_period;
+    billing_period - into_period <= margin
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_forecast_is_the_busiest_lead_time_of_the_window() {
+        let mut t = DemandTracker::default();
+        t.machine_ready(60_000);
+        for at in [
+            0, 10_000, 20_000, 200_000, 200_500, 201_000, 230_000, 250_000,
+        ] {
+            t.job_arrived(at, None);
+        }
+        let window = 600_000;
+        let f = t.forecast(250_000, window);
+        assert_eq!(f.lead_time, 60_000);
+        // 130 s to 250 s (two lead times) holds five arrivals: four after the first.
+        assert_eq!(f.peak_in_lead_time, 4);
+        // Half a window later they count half; a window later, not at all.
+        assert_eq!(
+            t.forecast(250_000 + window / 2, window).peak_in_lead_time,
+            2
+        );
+        let later = t.forecast(250_000 + window, window);
+        assert_eq!(later.peak_in_lead_time, 0);
+        // A lone job predicts no other.
+        let mut lone = DemandTracker::default();
+        lone.job_arrived(0, None);
+        assert_eq!(lone.forecast(1_000, window).peak_in_lead_time, 0);
+    }
+
+    #[test]
+    fn a_slow_recent_machine_sets_the_lead_time() {
+        let mut t = DemandTracker::default();
+        assert_eq!(t.forecast(0, 600_000).lead_time, DEFAULT_LEAD_TIME);
+        t.observe_machines([("a", 1_000, false), ("b", 0, false)].into_iter(), 10_000);
+        t.observe_machines([("a", 1_000, true), ("b", 0, false)].into_iter(), 31_000);
+        t.observe_machines([("a", 1_000, true), ("b", 0, true)].into_iter(), 80_000);
+        // Seen again, or first seen ready (adopted): not measured.
+        t.observe_machines([("a", 1_000, true), ("c", 0, true)].into_iter(), 99_000);
+        assert_eq!(t.forecast(100_000, 600_000).lead_time, 80_000);
+        for _ in 0..LEAD_SAMPLES {
+            t.machine_ready(40_000);
+        }
+        assert_eq!(
+            t.forecast(100_000, 600_000).lead_time,
+            40_000,
+            "old samples age out"
+        );
+    }
+
+    #[test]
+    fn gitlab_backlog_counts_while_fresh() {
+        let mut t = DemandTracker::default();
+        t.job_arrived(1_000, Some(12));
+        assert_eq!(t.forecast(1_000, 600_000).gitlab_backlog, 11);
+        assert_eq!(
+            t.forecast(1_000 + QUEUE_REPORT_FRESH + 1, 600_000)
+                .gitlab_backlog,
+            0
+        );
+        t.job_arrived(40_000, Some(1));
+        assert_eq!(
+            t.forecast(40_000, 600_000).gitlab_backlog,
+            0,
+            "the queue emptied"
+        );
+    }
+
+    #[test]
+    fn the_peak_need_covers_the_grace() {
+        let mut t = DemandTracker::default();
+        t.machine_ready(30_000);
+        for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (100_000, 1)] {
+            t.observe_in_use(slots);
+            t.forecast(at, 600_000);
+        }
+        // The grace is 3 minutes (more than twice the lead time): the peak of 7 is held.
+        let f = t.forecast(100_000, 600_000);
+        assert_eq!((f.surplus_grace, f.need_peak), (180_000, 7));
+        // 3 were needed until 100 s: held until 280 s, then back to what is in use.
+        assert_eq!(t.forecast(250_000, 600_000).need_peak, 3);
+        assert_eq!(t.forecast(281_000, 600_000).need_peak, 1);
+        // Arrivals every 10 s: five in a minute (two lead times) after the first.
+        for at in (290_000..=340_000).step_by(10_000) {
+            t.job_arrived(at, None);
+        }
+        let f = t.forecast(340_000, 600_000);
+        assert_eq!((f.peak_in_lead_time, f.need_peak), (5, 6));
+        // The grace never exceeds the window (idle_time).
+        assert_eq!(t.forecast(340_000, 60_000).surplus_grace, 60_000);
+    }
+
+    #[test]
+    fn paid_periods_end_every_period_after_creation() {
+        let hour = 3_600_000;
+        assert!(!near_period_end(0, hour, 30 * 60_000));
+        assert!(near_period_end(0, hour, 58 * 60_000));
+        assert!(!near_period_end(0, hour, hour + 60_000), "a new hour began");
+        assert!(near_period_end(0, hour, 2 * hour - 60_000));
+        assert!(near_period_end(0, 0, 5), "no billing period: any time");
+    }
+}

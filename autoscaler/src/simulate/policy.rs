@@ -1,0 +1,125 @@
+//! A policy file: one `[[pools]]` entry per class of machine, each with the service's own
+//! `[pools.scaling]` and `[[pools.policy]]` keys (read by the same code, so a pool's settings
+//! can be copied between the two) and a `[pools.provisioner]` describing the modelled cloud.
+//!
+//! ```toml
+//! [[pools]]
+//! name = "default"                 # the class of the workload's jobs it serves
+//! [pools.scaling]                  # as in the service's configuration
+//! max_machines = 50
+//! [pools.provisioner]              # the modelled cloud
+//! boot_time = ["30s", "90s"]       # create request to a machine taking jobs, uniform
+//! failure_rate = 0.01              # share of creations that fail at the end of their boot
+//! create_rate = 2.0                # creations per second (token bucket), as the service's
+//! create_burst = 10
+//! billing_period = "1m"            # the cloud bills machines by this period (per second: leave out)
+//! price_per_hour = 0.10            # optional: the report then has a cost
+//! ```
+
+use std::time::Duration;
+
+use super::input::Input;
+use super::workload::read_range;
+use crate::config::ScalingConfig;
+use crate::config::pool::read_scaling_and_policies;
+use crate::config::reader::{Problems, Section};
+use crate::config::values;
+use crate::core::Millis;
+use crate::core::schedule::PolicyEntry;
+
+#[derive(Debug, Clone)]
+pub struct SimPool {
+    pub name: String,
+    pub scaling: ScalingConfig,
+    pub policies: Vec<PolicyEntry>,
+    pub cloud: Cloud,
+}
+
+/// The modelled provider of a pool's machines.
+#[derive(Debug, Clone)]
+pub struct Cloud {
+    pub boot_time: (Millis, Millis),
+    pub failure_rate: f64,
+    pub create_rate: f64,
+    pub create_burst: u32,
+    /// 0: billed by the second.
+    pub billing_period: Millis,
+    pub price_per_hour: Option<f64>,
+}
+
+fn ms(d: Duration) -> Millis {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub fn read(input: &Input) -> Result<Vec<SimPool>, super::SimulateError> {
+    let problems = Problems::default();
+    let root = Section::root(&input.dict, &problems);
+    let pools: Vec<Option<SimPool>> = root.tables("pools").into_iter().map(read_pool).collect();
+    if pools.is_empty() {
+        root.problem("pools", "needs at least one [[pools]] entry");
+    }
+    let names: Vec<&str> = pools.iter().flatten().map(|p| p.name.as_str()).collect();
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            root.problem(
+                &format!("pools[{i}].name"),
+                format!("{name:?} names two pools"),
+            );
+        }
+    }
+    root.finish();
+    input.check(problems)?;
+    Ok(pools.into_iter().flatten().collect())
+}
+
+fn read_pool(s: Section<'_>) -> Option<SimPool> {
+    let name: String = s.or("name", "default".to_string());
+    let (scaling, policies) = read_scaling_and_policies(&s);
+    let cloud = match s.table("provisioner") {
+        Some(p) => read_cloud(p),
+        None => {
+            s.problem(
+                "provisioner",
+                "is required: how long do machines take to boot?",
+            );
+            None
+        }
+    };
+    s.finish();
+    Some(SimPool {
+        name,
+        scaling,
+        policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
+        cloud: cloud?,
+    })
+}
+
+fn read_cloud(s: Section<'_>) -> Option<Cloud> {
+    let boot_time = read_range(&s, "boot_time");
+    let failure_rate: f64 = s.or("failure_rate", 0.0);
+    if !(0.0..1.0).contains(&failure_rate) {
+        s.problem("failure_rate", "must be at least 0 and below 1");
+    }
+    let create_rate: f64 = s.or("create_rate", 1.0);
+    if !(create_rate > 0.0 && create_rate <= 1000.0) {
+        s.problem("create_rate", "must be above 0 and at most 1000 per second");
+    }
+    let create_burst: u32 = s.or("create_burst", 5);
+    if !(1..=1000).contains(&create_burst) {
+        s.problem("create_burst", "must be between 1 and 1000");
+    }
+    let billing_period = s.parsed("billing_period", values::duration).map_or(0, ms);
+    let price_per_hour: Option<f64> = s.optional("price_per_hour");
+    if price_per_hour.is_some_and(|p| p < 0.0) {
+        s.problem("price_per_hour", "must not be negative");
+    }
+    s.finish();
+    Some(Cloud {
+        boot_time: boot_time?,
+        failure_rate,
+        create_rate,
+        create_burst,
+        billing_period,
+        price_per_hour,
+    })
+}

@@ -1,0 +1,207 @@
+//! A workload file: when jobs come, how many at once, how long they run, and which class of
+//! machine they ask for. Jobs are drawn from it with a seeded generator, so a workload is the
+//! same list of jobs every time and for every policy.
+//!
+//! ```toml
+//! start = "2026-11-23T00:00:00Z"  # wall time matters for the policy's cron periods
+//! length = "24h"
+//! seed = 1
+//! [[arrivals]]
+//! from = "7h"                     # offsets from start
+//! to = "10h"
+//! jobs_per_hour = 60              # Poisson arrivals at this rate, or
+//! # jobs = 500                    # exactly this many, spread at random over the span
+//! batch = 3                       # jobs per arrival (a pipeline stage fanning out)
+//! duration = ["2m", "12m"]        # run time, uniform in this range
+//! class = "default"               # the policy's pool that serves them
+//! ```
+
+use std::time::Duration;
+
+use chrono::DateTime;
+
+use super::input::Input;
+use super::rng::Rng;
+use crate::config::reader::{Problems, Section};
+use crate::config::values;
+use crate::core::Millis;
+
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub start: Millis,
+    pub length: Millis,
+    pub seed: u64,
+    pub arrivals: Vec<Arrivals>,
+}
+
+/// One `[[arrivals]]` entry.
+#[derive(Debug, Clone)]
+pub struct Arrivals {
+    pub from: Millis,
+    pub to: Millis,
+    pub how_many: HowMany,
+    pub batch: u32,
+    pub duration: (Millis, Millis),
+    pub class: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum HowMany {
+    PerHour(f64),
+    Exactly(u32),
+}
+
+/// A job of the workload: when it reaches GitLab, how long it runs, its class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub at: Millis,
+    pub runs_for: Millis,
+    pub class: String,
+}
+
+fn ms(d: Duration) -> Millis {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub fn read(input: &Input) -> Result<Workload, super::SimulateError> {
+    let problems = Problems::default();
+    let root = Section::root(&input.dict, &problems);
+    let _description: Option<String> = root.optional("description");
+    let start = root.required::<String>("start").and_then(|s| {
+        DateTime::parse_from_rfc3339(&s)
+            .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0))
+            .map_err(|e| root.problem("start", format!("{s:?} is not an RFC 3339 time ({e})")))
+            .ok()
+    });
+    let length = root.parsed("length", values::duration).map(ms);
+    if length.is_none() && !root.has("length") {
+        root.problem("length", "is required");
+    }
+    let seed: u64 = root.or("seed", 1);
+    let arrivals: Vec<Option<Arrivals>> = root
+        .tables("arrivals")
+        .into_iter()
+        .map(read_arrivals)
+        .collect();
+    if arrivals.is_empty() {
+        root.problem("arrivals", "needs at least one [[arrivals]] entry");
+    }
+    root.finish();
+    input.check(problems)?;
+    // Every problem was reported above; what is left is complete.
+    let arrivals = arrivals.into_iter().flatten().collect();
+    Ok(Workload {
+        start: start.unwrap_or(0),
+        length: length.unwrap_or(0),
+        seed,
+        arrivals,
+    })
+}
+
+fn read_arrivals(s: Section<'_>) -> Option<Arrivals> {
+    let from = s.parsed("from", values::duration).map(ms).unwrap_or(0);
+    let to = s.parsed("to", values::duration).map(ms);
+    if to.is_none() && !s.has("to") {
+        s.problem("to", "is required");
+    }
+    if to.is_some_and(|to| to <= from) {
+        s.problem("to", "must be after from");
+    }
+    let rate: Option<f64> = s.optional("jobs_per_hour");
+    let exactly: Option<u32> = s.optional("jobs");
+    let how_many = match (rate, exactly) {
+        (Some(r), None) if r > 0.0 && r <= 1_000_000.0 => Some(HowMany::PerHour(r)),
+        (Some(_), None) => {
+            s.problem("jobs_per_hour", "must be above 0 and at most 1000000");
+            None
+        }
+        (None, Some(n)) => Some(HowMany::Exactly(n)),
+        _ => {
+            s.problem(
+                "jobs",
+                "give either jobs (a count) or jobs_per_hour (a rate)",
+            );
+            None
+        }
+    };
+    let batch: u32 = s.or("batch", 1);
+    if !(1..=1000).contains(&batch) {
+        s.problem("batch", "must be between 1 and 1000");
+    }
+    let duration = read_range(&s, "duration");
+    let class: String = s.or("class", "default".to_string());
+    s.finish();
+    Some(Arrivals {
+        from,
+        to: to?,
+        how_many: how_many?,
+        batch,
+        duration: duration?,
+        class,
+    })
+}
+
+/// `key = ["30s", "90s"]` (uniform between) or `key = "1m"` (always).
+pub fn read_range(s: &Section<'_>, key: &str) -> Option<(Millis, Millis)> {
+    let value = s.parsed(key, |v| match v {
+        figment::value::Value::Array(_, items) if items.len() == 2 => {
+            let low = values::duration(&items[0])?;
+            let high = values::duration(&items[1])?;
+            if high < low {
+                return Err("the second duration must not be below the first".into());
+            }
+            Ok((ms(low), ms(high)))
+        }
+        figment::value::Value::Array(..) => Err("must be two durations: [low, high]".into()),
+        other => values::duration(other).map(|d| (ms(d), ms(d))),
+    });
+    if value.is_none() && !s.has(key) {
+        s.problem(key, "is required");
+    }
+    value
+}
+
+impl Workload {
+    /// Every job, in order of arrival. The same for a seed whatever the policy.
+    pub fn jobs(&self) -> Vec<Job> {
+        let mut rng = Rng::new(self.seed);
+        let mut jobs = Vec::new();
+        for a in &self.arrivals {
+            let span = (a.to - a.from) as f64;
+            let times: Vec<f64> = match a.how_many {
+                HowMany::Exactly(n) => (0..n.div_ceil(a.batch))
+                    .map(|_| rng.unit() * span)
+                    .collect(),
+                HowMany::PerHour(rate) => {
+                    let per_ms = rate / f64::from(a.batch) / 3_600_000.0;
+                    let mut t = 0.0;
+                    let mut times = Vec::new();
+                    loop {
+                        t += rng.exponential(per_ms);
+                        if t >= span {
+                            break times;
+                        }
+                        times.push(t);
+                    }
+                }
+            };
+            let mut left = match a.how_many {
+                HowMany::Exactly(n) => n,
+                HowMany::PerHour(_) => u32::MAX,
+            };
+            for t in times {
+                for _ in 0..a.batch.min(left) {
+                    left -= 1;
+                    let (low, high) = a.duration;
+                    jobs.push(Job {
+                        at: self.start + a.from + t as Millis,
+                        runs_for: low + (rng.unit() * (high - low) as f64) as Millis,
+                        class: a.class.clone(),
+                    });
+                }
+            }
+        }
+        jobs.sort_by_key(|j| j.at);
+        jobs
+    }
+}

@@ -1,0 +1,63 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+//! `autoscaler simulate` as a user runs it: JSON on stdout, and exit 64 for a bad file.
+
+use std::process::Command;
+
+fn autoscaler(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_autoscaler"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_shipped_workload_prints_a_json_report() {
+    let out = autoscaler(&[
+        "simulate",
+        "deploy/simulate/workloads/burst.toml",
+        "--policy",
+        "deploy/simulate/policies/demand.toml",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "wait_seconds",
+        "machine_minutes",
+        "machines_created",
+        "peak_machines",
+        "acquire_timeouts",
+        "cost",
+    ] {
+        assert!(report.get(key).is_some(), "{key} missing: {report}");
+    }
+    assert!(report["jobs"].as_u64().unwrap() >= 500);
+}
+
+#[test]
+fn a_malformed_file_exits_64_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[pools]]\n[pools.scaling]\nmax_machines = \"many\"\n",
+    )
+    .unwrap();
+    let out = autoscaler(&[
+        "simulate",
+        "deploy/simulate/workloads/burst.toml",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("policy.toml: line 3: pools[0].scaling.max_machines"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("provisioner: is required"), "{stderr}");
+}

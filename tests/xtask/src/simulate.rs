@@ -1,0 +1,251 @@
+//! `cargo xtask simulate`: every shipped workload (`deploy/simulate/workloads/`) under the
+//! demand-aware policy and under the taskscaler baseline written for it, side by side, with the
+//! target checked: p95 wait no worse than the baseline's and at least 30 % fewer idle
+//! machine-minutes. `--write` puts the table into README.md between its markers.
+//!
+//! `--sweep` instead runs each baseline over a grid of its settings (the lines of the baseline
+//! marked `# sweep`: `idle_count`, `idle_time`, `scale_factor`) and prints, per workload, the
+//! setting with the fewest idle machine-minutes among those whose p95 wait is no worse than the
+//! demand-aware policy's (or, when none is, the fastest): the check that the shipped baseline
+//! is taskscaler at its best, not one chosen to lose.
+
+// The table and the sweep are this task's output.
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// Fewer idle machine-minutes the demand-aware policy must reach, as a share of the baseline's.
+const IDLE_SAVING: f64 = 0.30;
+
+/// A setting of the sweep and its results.
+type Best = Option<(String, Run)>;
+
+#[derive(Clone)]
+struct Run {
+    p50: f64,
+    p95: f64,
+    p99: f64,
+    idle: f64,
+    total: f64,
+    created: u64,
+    timeouts: u64,
+    cost: Option<f64>,
+}
+
+pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
+    let binary = root.join("target/debug/autoscaler");
+    let dir = root.join("deploy/simulate");
+    let mut workloads: Vec<PathBuf> = std::fs::read_dir(dir.join("workloads"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    workloads.sort();
+    if args.iter().any(|a| a == "--sweep") {
+        return sweep(&binary, &dir, &workloads);
+    }
+    let mut table = String::from(
+        "| workload | policy | p50 s | p95 s | p99 s | idle machine-min | total machine-min | machines made | acquire timeouts | cost | target |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    let mut missed = Vec::new();
+    for w in &workloads {
+        let name = stem(w);
+        let demand = policy_for(&dir, &name, "demand")?;
+        let baseline = policy_for(&dir, &name, "taskscaler")?;
+        let d = run(&binary, w, &demand)?;
+        let b = run(&binary, w, &baseline)?;
+        let saving = if b.idle > 0.0 {
+            1.0 - d.idle / b.idle
+        } else {
+            0.0
+        };
+        let met = d.p95 <= b.p95 && saving >= IDLE_SAVING;
+        if !met {
+            missed.push(name.clone());
+        }
+        let verdict = format!(
+            "{} (p95 {:+.1} s, idle {:+.0} %)",
+            if met { "met" } else { "MISSED" },
+            d.p95 - b.p95,
+            -saving * 100.0
+        );
+        table.push_str(&row(&name, &stem(&demand), &d, &verdict));
+        table.push_str(&row(&name, &stem(&baseline), &b, ""));
+    }
+    print!("{table}");
+    if args.iter().any(|a| a == "--write") {
+        write_readme(&root.join("README.md"), &table)?;
+    }
+    if !missed.is_empty() {
+        bail!("the target is missed on: {}", missed.join(", "));
+    }
+    Ok(())
+}
+
+fn row(workload: &str, policy: &str, r: &Run, verdict: &str) -> String {
+    let cost = r.cost.map_or("".into(), |c| format!("{c:.2}"));
+    format!(
+        "| {workload} | {policy} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {} | {cost} | {verdict} |\n",
+        r.p50, r.p95, r.p99, r.idle, r.total, r.created, r.timeouts
+    )
+}
+
+/// `policies/<workload>-<kind>.toml`, else `policies/<kind>.toml`.
+fn policy_for(dir: &Path, workload: &str, kind: &str) -> Result<PathBuf> {
+    let own = dir.join(format!("policies/{workload}-{kind}.toml"));
+    let shared = dir.join(format!("policies/{kind}.toml"));
+    [own, shared]
+        .into_iter()
+        .find(|p| p.is_file())
+        .with_context(|| format!("no {kind} policy for the workload {workload}"))
+}
+
+fn stem(p: &Path) -> String {
+    p.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn run(binary: &Path, workload: &Path, policy: &Path) -> Result<Run> {
+    let out = Command::new(binary)
+        .arg("simulate")
+        .arg(workload)
+        .arg("--policy")
+        .arg(policy)
+        .output()
+        .with_context(|| format!("cannot run {} (build it first)", binary.display()))?;
+    if !out.status.success() {
+        bail!(
+            "simulate {} --policy {}: {}",
+            workload.display(),
+            policy.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: Value = serde_json::from_slice(&out.stdout)?;
+    let f = |path: &[&str]| {
+        path.iter()
+            .fold(&v, |v, k| &v[k])
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    Ok(Run {
+        p50: f(&["wait_seconds", "p50"]),
+        p95: f(&["wait_seconds", "p95"]),
+        p99: f(&["wait_seconds", "p99"]),
+        idle: f(&["machine_minutes", "idle"]),
+        total: f(&["machine_minutes", "total"]),
+        created: v["machines_created"].as_u64().unwrap_or(0),
+        timeouts: v["acquire_timeouts"].as_u64().unwrap_or(0),
+        cost: v["cost"].as_f64(),
+    })
+}
+
+const BEGIN: &str = "<!-- simulate:begin (cargo xtask simulate --write) -->";
+const END: &str = "<!-- simulate:end -->";
+
+fn write_readme(readme: &Path, table: &str) -> Result<()> {
+    let text = std::fs::read_to_string(readme)?;
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        bail!("README.md lacks the markers {BEGIN} and {END}");
+    };
+    let updated = format!("{}{BEGIN}\n{table}{}", &text[..a], &text[b..]);
+    std::fs::write(readme, updated)?;
+    eprintln!("README.md: table written");
+    Ok(())
+}
+
+/// The grid: the values a `# sweep` line of a baseline takes.
+fn grid(key: &str) -> &'static [&'static str] {
+    match key {
+        "idle_count" => &["2", "5", "10", "15", "20", "30", "40"],
+        "idle_time" => &["\"5m\"", "\"10m\"", "\"20m\"", "\"30m\""],
+        "scale_factor" => &["0.0", "0.1", "0.25", "0.5"],
+        _ => &[],
+    }
+}
+
+fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf]) -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("xtask-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    for w in workloads {
+        let name = stem(w);
+        let baseline = policy_for(dir, &name, "taskscaler")?;
+        let d = run(binary, w, &policy_for(dir, &name, "demand")?)?;
+        let text = std::fs::read_to_string(&baseline)?;
+        // The fewest idle minutes among settings as fast as the demand-aware policy at p95,
+        // and the fastest setting of all.
+        let (mut matching, mut fastest): (Best, Best) = (None, None);
+        for (setting, variant) in variants(&text) {
+            let file = scratch.join(format!("{name}.toml"));
+            std::fs::write(&file, &variant)?;
+            // A combination the configuration refuses (a scale_factor_limit below idle_count)
+            // is not one an operator can write.
+            let Ok(r) = run(binary, w, &file) else {
+                continue;
+            };
+            if r.p95 <= d.p95 && matching.as_ref().is_none_or(|(_, m)| r.idle < m.idle) {
+                matching = Some((setting.clone(), r.clone()));
+            }
+            if fastest
+                .as_ref()
+                .is_none_or(|(_, f)| r.p95 < f.p95 || (r.p95 == f.p95 && r.idle < f.idle))
+            {
+                fastest = Some((setting, r));
+            }
+        }
+        match (matching, fastest) {
+            (Some((setting, m)), _) => println!(
+                "{name}: demand p95 {:.1} s, idle {:.0} | fewest idle at p95 <= {:.1} s on the grid: {setting}: p95 {:.1} s, idle {:.0} ({:+.0} % for demand)",
+                d.p95,
+                d.idle,
+                d.p95,
+                m.p95,
+                m.idle,
+                (d.idle / m.idle - 1.0) * 100.0
+            ),
+            (None, Some((setting, f))) => println!(
+                "{name}: demand p95 {:.1} s, idle {:.0} | no setting on the grid reaches p95 {:.1} s; the fastest: {setting}: p95 {:.1} s, idle {:.0}",
+                d.p95, d.idle, d.p95, f.p95, f.idle
+            ),
+            (None, None) => println!("{name}: the baseline has no `# sweep` line"),
+        }
+    }
+    std::fs::remove_dir_all(&scratch)?;
+    Ok(())
+}
+
+/// Every combination of grid values for the `# sweep` lines of `text`, with a label.
+fn variants(text: &str) -> Vec<(String, String)> {
+    let mut out = vec![(String::new(), String::new())];
+    for line in text.lines() {
+        let key = line.split('=').next().unwrap_or("").trim();
+        let values = if line.trim_end().ends_with("# sweep") {
+            grid(key)
+        } else {
+            &[]
+        };
+        if values.is_empty() {
+            for (_, t) in &mut out {
+                t.push_str(line);
+                t.push('\n');
+            }
+            continue;
+        }
+        out = out
+            .into_iter()
+            .flat_map(|(label, t)| {
+                values
+                    .iter()
+                    .map(move |v| (format!("{label} {key}={v}"), format!("{t}{key} = {v}\n")))
+            })
+            .collect();
+    }
+    out.into_iter()
+        .map(|(l, t)| (l.trim().to_string(), t))
+        .collect()
+}
