@@ -4,6 +4,7 @@
 //! Everything is validated before the service binds a port or touches its store, and every
 //! problem is reported at once with its key path.
 
+mod connections;
 mod env;
 mod policy;
 mod pool;
@@ -22,6 +23,7 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
 
 use crate::secret::Secret;
+pub use connections::ConnectionLimits;
 pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
 pub use reader::Problem;
 use reader::{Problems, Section};
@@ -74,6 +76,8 @@ pub struct ServerConfig {
     /// This autoscaler's name in the labels of the machines it creates. Two autoscalers sharing
     /// an infrastructure account must have different ones.
     pub instance_id: String,
+    /// What one client may hold of the mirrored API.
+    pub connections: ConnectionLimits,
 }
 
 #[derive(Debug, Clone)]
@@ -271,6 +275,7 @@ fn read_server(
     {
         s.problem("instance_id", "must be 1-63 of A-Z a-z 0-9 - _ .");
     }
+    let connections = connections::read_connection_limits(&s);
     s.finish();
     Some(ServerConfig {
         listen,
@@ -281,6 +286,7 @@ fn read_server(
         max_update_bytes,
         shutdown_grace,
         instance_id,
+        connections,
     })
 }
 

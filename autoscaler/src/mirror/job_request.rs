@@ -33,6 +33,13 @@ pub async fn request_job(
     let span = tracing::Span::current();
     span.record("sidecar.id", sidecar.id().0);
     span.record("pool", sidecar.pool());
+    // Held until this request is answered or its client goes away.
+    let _held = app
+        .long_polls
+        .hold(sidecar.id())
+        .ok_or(ApiError::TooManyJobRequests {
+            limit: app.long_polls.max_per_sidecar(),
+        })?;
     app.sidecars
         .note_poll(&sidecar, info, params.string("system_id"));
     if let (Some(machine), Some(machines)) =

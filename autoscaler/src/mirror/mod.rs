@@ -7,6 +7,7 @@
 mod body;
 mod error;
 mod job_request;
+mod long_polls;
 mod params;
 mod relay;
 mod runners;
@@ -40,6 +41,8 @@ pub struct App {
     pub upstream: Arc<dyn Upstream>,
     pub delivery: Arc<Delivery>,
     pub limits: Limits,
+    /// The job requests each sidecar token holds open.
+    long_polls: Arc<long_polls::LongPolls>,
     /// The machines of each pool that has a provisioner.
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
@@ -54,6 +57,8 @@ pub struct Limits {
     pub trace_patch_bytes: u64,
     pub call_timeout: Duration,
     pub artifact_timeout: Duration,
+    /// Job requests one sidecar token may hold open at once.
+    pub job_requests_per_sidecar: usize,
 }
 
 impl Limits {
@@ -66,6 +71,7 @@ impl Limits {
             trace_patch_bytes: config.server.max_trace_patch_bytes,
             call_timeout: config.upstream.call_timeout,
             artifact_timeout: config.upstream.artifact_timeout,
+            job_requests_per_sidecar: config.server.connections.max_job_requests_per_sidecar,
         }
     }
 }
@@ -95,6 +101,7 @@ impl App {
             sidecars,
             upstream,
             delivery,
+            long_polls: long_polls::LongPolls::new(limits.job_requests_per_sidecar),
             limits,
             machines: HashMap::new(),
             registration,

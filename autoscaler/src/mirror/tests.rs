@@ -20,6 +20,7 @@ use crate::store::MemoryStore;
 use crate::upstream::fake::{FakeUpstream, Scripted};
 
 mod fidelity;
+mod hostile;
 
 const UPSTREAM_TOKEN_A: &str = "glrt-UPSTREAM-A-never-leaves";
 const UPSTREAM_TOKEN_B: &str = "glrt-UPSTREAM-B-never-leaves";
@@ -70,6 +71,7 @@ fn harness() -> Harness {
         trace_patch_bytes: 1 << 20,
         call_timeout: Duration::from_secs(5),
         artifact_timeout: Duration::from_secs(5),
+        job_requests_per_sidecar: 2,
     };
     let delivery = crate::delivery::Delivery::new(
         upstream.clone(),
