@@ -10,6 +10,7 @@ mod policy;
 mod pool;
 mod reader;
 mod tls;
+mod token_binding;
 mod values;
 
 use std::collections::HashSet;
@@ -28,6 +29,7 @@ pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConf
 pub use reader::Problem;
 use reader::{Problems, Section};
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};
+pub use token_binding::TokenBinding;
 
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]

@@ -129,6 +129,8 @@ pub struct SidecarConfig {
     pub ready_timeout: Duration,
     /// After a ready machine's sidecar has been silent this long, the machine is lost.
     pub silence_timeout: Duration,
+    /// From where the machine's sidecar token is accepted.
+    pub token_binding: super::TokenBinding,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -383,6 +385,7 @@ fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {
         ready_command: s.optional("ready_command"),
         ready_timeout: duration_or(&s, "ready_timeout", Duration::from_secs(300)),
         silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(45)),
+        token_binding: super::token_binding::read_token_binding(&s),
     };
     s.finish();
     Some(config)

@@ -18,6 +18,10 @@ pub enum ApiError {
     TokenMissing,
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// A machine's sidecar token from another address; logged once per (machine, address) by
+    /// the check itself, not per request.
+    #[error("sidecar token used from an address that is not its machine's")]
+    WrongSource,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("request body larger than {limit} bytes")]
@@ -60,7 +64,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::TokenMissing => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::WrongSource => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeMismatch { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -77,6 +81,8 @@ impl IntoResponse for ApiError {
         let status = self.status();
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), error = %self, "request failed");
+        } else if matches!(self, ApiError::WrongSource) {
+            tracing::debug!(status = status.as_u16(), error = %self, "request refused");
         } else {
             tracing::warn!(status = status.as_u16(), error = %self, "request refused");
         }

@@ -4,6 +4,7 @@
 //! autoscaler's own state; job-token endpoints (`PUT /jobs/:id`, trace, artifacts) are checked
 //! against the jobs we hold and then relayed to GitLab with their status and headers.
 
+mod binding;
 mod body;
 mod error;
 mod job_request;
@@ -43,6 +44,8 @@ pub struct App {
     pub limits: Limits,
     /// The job requests each sidecar token holds open.
     long_polls: Arc<long_polls::LongPolls>,
+    /// Machine tokens refused for their source address, logged once each.
+    refusals: binding::Refusals,
     /// The machines of each pool that has a provisioner.
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
@@ -102,6 +105,7 @@ impl App {
             upstream,
             delivery,
             long_polls: long_polls::LongPolls::new(limits.job_requests_per_sidecar),
+            refusals: binding::Refusals::default(),
             limits,
             machines: HashMap::new(),
             registration,
