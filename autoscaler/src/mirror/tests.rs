@@ -21,6 +21,7 @@ use crate::upstream::fake::{FakeUpstream, Scripted};
 
 mod fidelity;
 mod hostile;
+mod parsers;
 
 const UPSTREAM_TOKEN_A: &str = "glrt-UPSTREAM-A-never-leaves";
 const UPSTREAM_TOKEN_B: &str = "glrt-UPSTREAM-B-never-leaves";
