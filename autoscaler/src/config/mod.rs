@@ -6,6 +6,7 @@
 
 mod connections;
 mod env;
+mod job_user;
 mod policy;
 mod pool;
 mod reader;
@@ -25,6 +26,7 @@ use figment::value::{Dict, Value};
 
 use crate::secret::Secret;
 pub use connections::ConnectionLimits;
+pub use job_user::DEFAULT_JOB_USER;
 pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
 pub use reader::Problem;
 use reader::{Problems, Section};
