@@ -234,8 +234,13 @@ pub async fn run_with(
     if let Some(certs) = &certs {
         tasks.spawn(crate::tls::watch(certs.clone(), stop_maintenance.clone()));
     }
-    let mut server = crate::tls::serve(listener, certs, mirror::router(app), stop_server.clone())
-        .map_err(ServiceError::Serve)?;
+    let mut server = crate::tls::serve(
+        listener,
+        certs,
+        mirror::router(app),
+        config.server.connections.clone(),
+        stop_server.clone(),
+    );
     // Store loaded, both listeners bound and served: a supervisor may now count on us.
     systemd::notify(Step::Ready { pools: pools.len() });
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::executor::user::{JobUser, JobUserError};
 use crate::runner::RunnerConfig;
 use crate::secret::Secret;
 
@@ -96,8 +97,14 @@ pub struct RunArgs {
     /// Parallel jobs (one worker each).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrent: u16,
-    #[arg(long, default_value = "builds")]
-    pub builds_dir: PathBuf,
+    /// Where jobs run (default: `builds`, or with `--job-user` `builds/<name>-<pid>` in that
+    /// user's home).
+    #[arg(long)]
+    pub builds_dir: Option<PathBuf>,
+    /// Run job scripts as this unprivileged user (the sidecar must run as root), so that
+    /// jobs cannot read the sidecar's token or files.
+    #[arg(long, env = "SIDECAR_JOB_USER")]
+    pub job_user: Option<String>,
     /// Exit after this many jobs (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     pub max_builds: u64,
@@ -131,12 +138,25 @@ pub fn parse_duration(value: &str) -> Result<Duration, String> {
 impl RunArgs {
     /// Runner configuration; relative directories are made absolute against `cwd` since
     /// job scripts `cd` into the project directory.
-    pub fn to_config(&self, cwd: &std::path::Path) -> RunnerConfig {
-        RunnerConfig {
+    pub fn to_config(&self, cwd: &std::path::Path) -> Result<RunnerConfig, JobUserError> {
+        let job_user = self.job_user.as_deref().map(JobUser::lookup).transpose()?;
+        let builds_dir = match (&self.builds_dir, &job_user) {
+            (Some(dir), _) => cwd.join(dir),
+            // The process id keeps two sidecars of one host apart (local sandboxes share the
+            // job user's home), whose job ids may be the same.
+            (None, Some(user)) => {
+                user.home
+                    .join("builds")
+                    .join(format!("{}-{}", self.name, std::process::id()))
+            }
+            (None, None) => cwd.join("builds"),
+        };
+        Ok(RunnerConfig {
             url: self.url.clone(),
             token: self.token.clone(),
             concurrent: usize::from(self.concurrent),
-            builds_dir: cwd.join(&self.builds_dir),
+            builds_dir,
+            job_user,
             max_builds: self.max_builds,
             wait_timeout: self.wait_timeout,
             check_interval: self.check_interval,
@@ -144,7 +164,7 @@ impl RunArgs {
             system_id_file: cwd.join(&self.system_id_file),
             output_limit: self.output_limit.saturating_mul(1024),
             tls_ca_file: self.tls.tls_ca_file.as_ref().map(|f| cwd.join(f)),
-        }
+        })
     }
 }
 
@@ -179,7 +199,7 @@ mod tests {
         assert_eq!(args.output_limit, 4096);
         assert_eq!(args.max_builds, 0);
         assert!(args.wait_timeout.is_none());
-        let cfg = args.to_config(std::path::Path::new("/w"));
+        let cfg = args.to_config(std::path::Path::new("/w")).unwrap();
         assert_eq!(cfg.builds_dir, PathBuf::from("/w/builds"));
         assert_eq!(cfg.output_limit, 4096 * 1024);
         assert!(!format!("{args:?}").contains("glrt-abc"));

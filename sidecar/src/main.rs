@@ -119,7 +119,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Run(args) => {
             let cwd = std::env::current_dir().context("current directory")?;
-            let config = args.to_config(&cwd);
+            let config = args.to_config(&cwd)?;
             let shutdown = Shutdown::default();
             spawn_signal_handler(shutdown.clone())?;
             runner::run(config, shutdown).await?;

@@ -41,6 +41,8 @@ pub struct RunnerConfig {
     pub output_limit: usize,
     /// `--tls-ca-file`: CA certificates trusted for the server, handed to jobs and git too.
     pub tls_ca_file: Option<PathBuf>,
+    /// The user job scripts run as; `None`: the sidecar's own.
+    pub job_user: Option<crate::executor::user::JobUser>,
 }
 
 /// Termination requests: the first cancels `graceful` (stop polling, let jobs finish),
@@ -268,6 +270,7 @@ pub async fn run(config: RunnerConfig, shutdown: Shutdown) -> Result<RunSummary,
     settings.output_limit = config.output_limit;
     settings.runner_name = config.name.clone();
     settings.tls_ca = ca;
+    settings.job_user = config.job_user.clone();
     let ctx = JobContext {
         client: client.clone(),
         info: info.clone(),

@@ -63,6 +63,7 @@ impl Env {
             system_id_file: self.dir.path().join(".runner_system_id"),
             output_limit: 4096 * 1024,
             tls_ca_file: None,
+            job_user: None,
         }
     }
 

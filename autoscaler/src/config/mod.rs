@@ -5,12 +5,15 @@
 //! problem is reported at once with its key path.
 
 mod classes;
+mod connections;
 mod env;
+mod job_user;
 mod policy;
 pub(crate) mod pool;
 pub(crate) mod reader;
 mod sources;
 mod tls;
+mod token_binding;
 pub(crate) mod values;
 
 use std::collections::HashSet;
@@ -24,10 +27,13 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
 
 use crate::secret::Secret;
+pub use connections::ConnectionLimits;
+pub use job_user::DEFAULT_JOB_USER;
 pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
 pub use reader::Problem;
 use reader::{Problems, Section};
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};
+pub use token_binding::TokenBinding;
 
 /// The whole, validated configuration.
 #[derive(Debug, Clone)]
@@ -76,6 +82,8 @@ pub struct ServerConfig {
     /// This autoscaler's name in the labels of the machines it creates. Two autoscalers sharing
     /// an infrastructure account must have different ones.
     pub instance_id: String,
+    /// What one client may hold of the mirrored API.
+    pub connections: ConnectionLimits,
 }
 
 #[derive(Debug, Clone)]
@@ -273,6 +281,7 @@ fn read_server(
     {
         s.problem("instance_id", "must be 1-63 of A-Z a-z 0-9 - _ .");
     }
+    let connections = connections::read_connection_limits(&s);
     s.finish();
     Some(ServerConfig {
         listen,
@@ -283,6 +292,7 @@ fn read_server(
         max_update_bytes,
         shutdown_grace,
         instance_id,
+        connections,
     })
 }
 

@@ -178,6 +178,10 @@ pub struct SidecarConfig {
     pub ready_timeout: Duration,
     /// After a ready machine's sidecar has been silent this long, the machine is lost.
     pub silence_timeout: Duration,
+    /// From where the machine's sidecar token is accepted.
+    pub token_binding: super::TokenBinding,
+    /// The user the built-in sidecar runs job scripts as (`None`: its own user).
+    pub job_user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,6 +430,8 @@ fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {
         ready_command: s.optional("ready_command"),
         ready_timeout: duration_or(&s, "ready_timeout", Duration::from_secs(300)),
         silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(45)),
+        token_binding: super::token_binding::read_token_binding(&s),
+        job_user: super::job_user::read_job_user(&s, mode_name == "builtin"),
     };
     s.finish();
     Some(config)

@@ -246,7 +246,17 @@ impl Injector {
             dir,
             binary: remote_binary.as_deref(),
             ca_file: ca_file.as_deref(),
+            job_user: self.config.job_user.as_deref(),
         };
+        if let Some(user) = launch.job_user {
+            self.run(
+                conn,
+                "creating the job user",
+                &recipe::ensure_job_user(user),
+                None,
+            )
+            .await?;
+        }
         for (file, mode, contents) in recipe::files(&launch, token.expose()) {
             let command = format!("umask 077 && cat > {dir}/{file} && chmod {mode:o} {dir}/{file}");
             self.run(

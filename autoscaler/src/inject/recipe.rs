@@ -18,6 +18,8 @@ pub struct Launch<'a> {
     pub binary: Option<&'a str>,
     /// The CA bundle written on the machine when the autoscaler serves TLS.
     pub ca_file: Option<&'a str>,
+    /// The user the built-in sidecar runs jobs as (`None`: its own user).
+    pub job_user: Option<&'a str>,
 }
 
 /// Where the CA bundle goes on the machine, inside the sidecar's directory.
@@ -107,17 +109,31 @@ pub fn gitlab_runner_config(l: &Launch<'_>, token: &str, executor: &str, extra: 
 pub fn command(l: &Launch<'_>) -> String {
     let dir = l.dir;
     match l.mode {
-        SidecarMode::Builtin => format!(
-            "SIDECAR_TOKEN=\"$(cat {dir}/token)\" exec {bin} run --url {url} --concurrent {n} --builds-dir {dir}/builds \
-             --name {name} --system-id-file {dir}/.runner_system_id{tls}",
-            bin = l.binary.map_or_else(|| "sidecar".to_string(), quote),
-            url = quote(l.url),
-            n = l.concurrency,
-            name = quote(l.name),
-            tls = l
-                .ca_file
-                .map_or_else(String::new, |f| format!(" --tls-ca-file {}", quote(f))),
-        ),
+        SidecarMode::Builtin => match l.job_user {
+            None => format!(
+                "SIDECAR_TOKEN=\"$(cat {dir}/token)\" exec {bin} run --url {url} --concurrent {n} --builds-dir {dir}/builds \
+                 --name {name} --system-id-file {dir}/.runner_system_id{tls}",
+                bin = l.binary.map_or_else(|| "sidecar".to_string(), quote),
+                url = quote(l.url),
+                n = l.concurrency,
+                name = quote(l.name),
+                tls = tls_arg(l),
+            ),
+            // Switching to the job user needs root: a login user that is not root starts the
+            // sidecar through `sudo -n`, the token passed in the environment, never in argv.
+            Some(user) => format!(
+                "SIDECAR_TOKEN=\"$(cat {dir}/token)\"; export SIDECAR_TOKEN; \
+                 if [ \"$(id -u)\" = 0 ]; then as_root=; else as_root='sudo -n --preserve-env=SIDECAR_TOKEN'; fi; \
+                 exec $as_root {bin} run --url {url} --concurrent {n} --job-user {user} \
+                 --name {name} --system-id-file {dir}/.runner_system_id{tls}",
+                bin = l.binary.map_or_else(|| "sidecar".to_string(), quote),
+                url = quote(l.url),
+                n = l.concurrency,
+                user = quote(user),
+                name = quote(l.name),
+                tls = tls_arg(l),
+            ),
+        },
         SidecarMode::GitlabRunner { .. } => format!(
             "exec {bin} run --config {dir}/config.toml --working-directory {dir}",
             bin = l.binary.map_or_else(|| "gitlab-runner".to_string(), quote),
@@ -134,6 +150,24 @@ pub fn command(l: &Launch<'_>) -> String {
             format!("exec {}", filled.replace("__DIR__", dir))
         }
     }
+}
+
+fn tls_arg(l: &Launch<'_>) -> String {
+    l.ca_file
+        .map_or_else(String::new, |f| format!(" --tls-ca-file {}", quote(f)))
+}
+
+/// Creates the job user when the machine lacks it (`useradd`, or busybox `adduser`; through
+/// `sudo -n` when the login user is not root). Another injection creating it at the same time
+/// is fine: only a user still missing afterwards fails.
+pub fn ensure_job_user(user: &str) -> String {
+    let u = quote(user);
+    format!(
+        "id -u {u} >/dev/null 2>&1 && exit 0; \
+         if [ \"$(id -u)\" = 0 ]; then as_root=; else as_root='sudo -n'; fi; \
+         out=$($as_root useradd --system --create-home --shell /bin/sh {u} 2>&1 || $as_root adduser -S -D -s /bin/sh {u} 2>&1); \
+         id -u {u} >/dev/null 2>&1 || {{ echo \"cannot create the job user {user}: $out\"; exit 1; }}"
+    )
 }
 
 /// Starts `command` detached from the SSH session (its own session, output to `sidecar.log`)
@@ -168,6 +202,7 @@ mod tests {
             dir: "autoscaler-sidecar",
             binary: Some("autoscaler-sidecar/bin/sidecar"),
             ca_file: None,
+            job_user: None,
         }
     }
 
@@ -201,6 +236,23 @@ mod tests {
             "SIDECAR_TOKEN=\"$(cat autoscaler-sidecar/token)\" exec 'autoscaler-sidecar/bin/sidecar' run --url 'http://10.0.0.1:8090' \
              --concurrent 3 --builds-dir autoscaler-sidecar/builds --name 'linux-7' --system-id-file autoscaler-sidecar/.runner_system_id"
         );
+    }
+
+    #[test]
+    fn with_a_job_user_builtin_runs_as_root_and_passes_the_user_but_never_the_token_in_argv() {
+        let mut l = launch(&SidecarMode::Builtin);
+        l.job_user = Some("autoscaler-job");
+        let c = command(&l);
+        assert!(c.contains(
+            " run --url 'http://10.0.0.1:8090' --concurrent 3 --job-user 'autoscaler-job' "
+        ));
+        assert!(c.contains("sudo -n --preserve-env=SIDECAR_TOKEN"));
+        assert!(
+            !c.contains("--builds-dir"),
+            "builds go to the job user's home"
+        );
+        let ensure = ensure_job_user("autoscaler-job");
+        assert!(ensure.starts_with("id -u 'autoscaler-job' >/dev/null 2>&1 && exit 0;"));
     }
 
     #[test]

@@ -18,6 +18,10 @@ pub enum ApiError {
     TokenMissing,
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// A machine's sidecar token from another address; logged once per (machine, address) by
+    /// the check itself, not per request.
+    #[error("sidecar token used from an address that is not its machine's")]
+    WrongSource,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("request body larger than {limit} bytes")]
@@ -25,6 +29,9 @@ pub enum ApiError {
     /// A trace patch that does not start where the stored trace ends.
     #[error("trace patch starts at {start}, the trace is {length} bytes long")]
     RangeMismatch { start: u64, length: u64 },
+    /// A sidecar token holding as many job requests as it may (`max_job_requests_per_sidecar`).
+    #[error("the sidecar already holds {limit} job requests")]
+    TooManyJobRequests { limit: usize },
     #[error("GitLab could not be reached: {0}")]
     BadGateway(String),
     #[error("GitLab did not answer in time: {0}")]
@@ -57,10 +64,11 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::TokenMissing => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::WrongSource => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeMismatch { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::TooManyJobRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -73,6 +81,8 @@ impl IntoResponse for ApiError {
         let status = self.status();
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), error = %self, "request failed");
+        } else if matches!(self, ApiError::WrongSource) {
+            tracing::debug!(status = status.as_u16(), error = %self, "request refused");
         } else {
             tracing::warn!(status = status.as_u16(), error = %self, "request refused");
         }
@@ -91,6 +101,15 @@ impl IntoResponse for ApiError {
         {
             response.headers_mut().insert("range", v);
         }
+        if let ApiError::TooManyJobRequests { .. } = self {
+            // Runners wait `Retry-After` seconds before asking again (runner-protocol.md §1.1).
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        }
         response
     }
 }
+
+/// How long a sidecar over its job request limit is asked to wait.
+const RETRY_AFTER_SECONDS: &str = "5";

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::body::{self, read_limited};
 use super::params::Params;
+use super::runners::{Peer, authenticate};
 use super::{ApiError, App};
 use crate::core::JobId;
 use axum::body::Body;
@@ -14,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 
 pub async fn request_job(
     State(app): State<Arc<App>>,
+    peer: Option<Peer>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
@@ -26,13 +28,14 @@ pub async fn request_job(
         .token()
         .or_else(|| body::header(&headers, "runner-token").map(str::to_string))
         .ok_or(ApiError::TokenMissing)?;
-    let sidecar = app
-        .sidecars
-        .authenticate(&token)
-        .ok_or_else(|| ApiError::Forbidden("unknown runner token".into()))?;
-    let span = tracing::Span::current();
-    span.record("sidecar.id", sidecar.id().0);
-    span.record("pool", sidecar.pool());
+    let sidecar = authenticate(&app, &token, peer).await?;
+    // Held until this request is answered or its client goes away.
+    let _held = app
+        .long_polls
+        .hold(sidecar.id())
+        .ok_or(ApiError::TooManyJobRequests {
+            limit: app.long_polls.max_per_sidecar(),
+        })?;
     app.sidecars
         .note_poll(&sidecar, info, params.string("system_id"));
     if let (Some(machine), Some(machines)) =

@@ -4,9 +4,11 @@
 //! autoscaler's own state; job-token endpoints (`PUT /jobs/:id`, trace, artifacts) are checked
 //! against the jobs we hold and then relayed to GitLab with their status and headers.
 
+mod binding;
 mod body;
 mod error;
 mod job_request;
+mod long_polls;
 mod params;
 mod relay;
 mod runners;
@@ -40,6 +42,10 @@ pub struct App {
     pub upstream: Arc<dyn Upstream>,
     pub delivery: Arc<Delivery>,
     pub limits: Limits,
+    /// The job requests each sidecar token holds open.
+    long_polls: Arc<long_polls::LongPolls>,
+    /// Machine tokens refused for their source address, logged once each.
+    refusals: binding::Refusals,
     /// The machines of each pool that has a provisioner.
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
@@ -54,6 +60,8 @@ pub struct Limits {
     pub trace_patch_bytes: u64,
     pub call_timeout: Duration,
     pub artifact_timeout: Duration,
+    /// Job requests one sidecar token may hold open at once.
+    pub job_requests_per_sidecar: usize,
 }
 
 impl Limits {
@@ -66,6 +74,7 @@ impl Limits {
             trace_patch_bytes: config.server.max_trace_patch_bytes,
             call_timeout: config.upstream.call_timeout,
             artifact_timeout: config.upstream.artifact_timeout,
+            job_requests_per_sidecar: config.server.connections.max_job_requests_per_sidecar,
         }
     }
 }
@@ -95,6 +104,8 @@ impl App {
             sidecars,
             upstream,
             delivery,
+            long_polls: long_polls::LongPolls::new(limits.job_requests_per_sidecar),
+            refusals: binding::Refusals::default(),
             limits,
             machines: HashMap::new(),
             registration,

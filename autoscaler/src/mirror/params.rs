@@ -51,12 +51,12 @@ fn is_json(media: &str) -> bool {
 
 impl Params {
     /// The query string's parameters alone (bodies that are not parameters: trace, uploads).
-    pub fn from_query(query: Option<&str>) -> Self {
+    pub fn from_query(query: Option<&str>) -> Result<Self, ParamsError> {
         let mut params = Params::default();
         if let Some(q) = query {
-            params.merge_form(q.as_bytes());
+            params.merge_form(q.as_bytes())?;
         }
-        params
+        Ok(params)
     }
 
     /// Query and body, the body winning on a name given in both (Rack merges in that order).
@@ -65,13 +65,13 @@ impl Params {
         headers: &HeaderMap,
         body: &Bytes,
     ) -> Result<Self, ParamsError> {
-        let mut params = Self::from_query(query);
+        let mut params = Self::from_query(query)?;
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(params);
         }
         match media_type(headers).as_deref() {
             Some(m) if is_json(m) => params.merge_json(body)?,
-            Some("application/x-www-form-urlencoded") => params.merge_form(body),
+            Some("application/x-www-form-urlencoded") => params.merge_form(body)?,
             Some("multipart/form-data") => {
                 let content_type = header(headers, "content-type").unwrap_or_default();
                 params.merge_multipart(content_type, body.clone()).await?;
@@ -79,7 +79,7 @@ impl Params {
             // No type: Rack reads a POST body as a form. A JSON object is taken as well
             // (older clients of this API sent JSON without a type).
             None if looks_like_json(body) => params.merge_json(body)?,
-            None => params.merge_form(body),
+            None => params.merge_form(body)?,
             // Other types are not parameters for Grape; a JSON object is still taken.
             Some(_) if looks_like_json(body) => params.merge_json(body)?,
             Some(_) => {}
@@ -100,10 +100,11 @@ impl Params {
         }
     }
 
-    fn merge_form(&mut self, body: &[u8]) {
+    fn merge_form(&mut self, body: &[u8]) -> Result<(), ParamsError> {
         for (key, value) in url::form_urlencoded::parse(body) {
-            insert_nested(&mut self.0, &key, Value::String(value.into_owned()));
+            insert_nested(&mut self.0, &key, Value::String(value.into_owned()))?;
         }
+        Ok(())
     }
 
     async fn merge_multipart(
@@ -129,7 +130,7 @@ impl Params {
                 .await
                 .map_err(|e| ParamsError::Malformed(e.to_string()))?;
             if !is_file {
-                insert_nested(&mut self.0, &name, Value::String(text));
+                insert_nested(&mut self.0, &name, Value::String(text))?;
             }
         }
         Ok(())
@@ -215,8 +216,13 @@ fn looks_like_json(body: &[u8]) -> bool {
         .is_some_and(|b| *b == b'{')
 }
 
+/// How deep a form key may nest (`a[b][c]` is 2). Rack refuses deeper keys (its
+/// `param_depth_limit`, 32 since Rack 3.1) with `400`; here the limit also keeps a query of
+/// 100,000 brackets from exhausting the stack of the recursive `place`.
+const MAX_KEY_DEPTH: usize = 32;
+
 /// Inserts `key=value` the way Rack's nested query parser does.
-fn insert_nested(map: &mut Map<String, Value>, key: &str, value: Value) {
+fn insert_nested(map: &mut Map<String, Value>, key: &str, value: Value) -> Result<(), ParamsError> {
     let (head, rest) = match key.find('[') {
         Some(i) if i > 0 => (&key[..i], &key[i..]),
         _ => (key, ""),
@@ -225,11 +231,17 @@ fn insert_nested(map: &mut Map<String, Value>, key: &str, value: Value) {
     let mut remaining = rest;
     while let Some(stripped) = remaining.strip_prefix('[') {
         let Some(end) = stripped.find(']') else { break };
+        if path.len() == MAX_KEY_DEPTH {
+            return Err(ParamsError::Malformed(format!(
+                "a parameter key nests deeper than {MAX_KEY_DEPTH} levels"
+            )));
+        }
         path.push(&stripped[..end]);
         remaining = &stripped[end + 1..];
     }
     let slot = map.entry(head.to_string()).or_insert(Value::Null);
     place(slot, &path, value);
+    Ok(())
 }
 
 fn place(slot: &mut Value, path: &[&str], value: Value) {

@@ -69,7 +69,7 @@ fn job_token(params: &Params, headers: &HeaderMap) -> Option<String> {
 /// The job token of a call whose body is not parameters (trace, artifacts); GitLab answers
 /// `403` without one.
 fn query_job_token(query: Option<&str>, headers: &HeaderMap) -> Result<String, ApiError> {
-    job_token(&Params::from_query(query), headers)
+    job_token(&Params::from_query(query)?, headers)
         .ok_or_else(|| ApiError::Forbidden("no job token".into()))
 }
 
@@ -246,7 +246,7 @@ fn record_event(app: &App, id: JobId, event: JobEvent) {
 /// §5): it takes the text before the first `-` as Ruby's `to_i` does (leading digits, else 0)
 /// and computes the end itself, so an exclusive end (runners before v11.3) or an empty patch
 /// is fine. Only a missing header is refused (`400`).
-fn content_range_start(headers: &HeaderMap) -> Result<u64, ApiError> {
+pub(super) fn content_range_start(headers: &HeaderMap) -> Result<u64, ApiError> {
     let raw = headers
         .get("content-range")
         .ok_or_else(|| ApiError::BadRequest("400 Missing header Content-Range".into()))?;

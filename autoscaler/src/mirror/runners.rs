@@ -4,14 +4,18 @@
 
 use std::sync::Arc;
 
-use axum::Json;
+use std::net::SocketAddr;
+
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::extract::RawQuery;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::json;
 
+use super::binding::check_source;
 use super::body::{header, read_limited};
 use super::params::Params;
 use super::{ApiError, App};
@@ -65,7 +69,12 @@ fn check_registration(params: &Params) -> Result<(), ApiError> {
     }
 }
 
-fn authenticate(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
+/// The sidecar whose token this is, when the request comes from where that token may be used.
+pub(super) async fn authenticate(
+    app: &App,
+    token: &str,
+    peer: Option<Peer>,
+) -> Result<Arc<Sidecar>, ApiError> {
     let sidecar = app
         .sidecars
         .authenticate(token)
@@ -73,8 +82,12 @@ fn authenticate(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
     let span = tracing::Span::current();
     span.record("sidecar.id", sidecar.id().0);
     span.record("pool", sidecar.pool());
+    check_source(app, &sidecar, peer.map(|Extension(ConnectInfo(p))| p)).await?;
     Ok(sidecar)
 }
+
+/// The client's address, put into every request by the server (`conn`).
+pub(super) type Peer = Extension<ConnectInfo<SocketAddr>>;
 
 fn details(id: u64, token: &str) -> Json<serde_json::Value> {
     // `token_expires_at: null` keeps runners from scheduling token rotation (runner-protocol.md §2).
@@ -109,24 +122,26 @@ pub async fn register(
 /// `POST /api/v4/runners/verify`.
 pub async fn verify(
     State(app): State<Arc<App>>,
+    peer: Option<Peer>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (_, token) = identity(query.as_deref(), &headers, body).await?;
-    let sidecar = authenticate(&app, &token)?;
+    let sidecar = authenticate(&app, &token, peer).await?;
     Ok((StatusCode::OK, details(sidecar.id().0, &token)).into_response())
 }
 
 /// `DELETE /api/v4/runners`: the sidecar's token stops working.
 pub async fn unregister(
     State(app): State<Arc<App>>,
+    peer: Option<Peer>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (_, token) = identity(query.as_deref(), &headers, body).await?;
-    let sidecar = authenticate(&app, &token)?;
+    let sidecar = authenticate(&app, &token, peer).await?;
     app.sidecars
         .revoke(&sidecar)
         .await
@@ -141,6 +156,7 @@ pub async fn unregister(
 /// `system_id` is taken (runner-protocol.md §2).
 pub async fn unregister_manager(
     State(app): State<Arc<App>>,
+    peer: Option<Peer>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
@@ -149,19 +165,20 @@ pub async fn unregister_manager(
     if params.string("system_id").is_none() {
         return Err(ApiError::BadRequest("system_id is missing".into()));
     }
-    authenticate(&app, &token)?;
+    authenticate(&app, &token, peer).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `POST /api/v4/runners/reset_authentication_token`.
 pub async fn reset_token(
     State(app): State<Arc<App>>,
+    peer: Option<Peer>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (_, token) = identity(query.as_deref(), &headers, body).await?;
-    let sidecar = authenticate(&app, &token)?;
+    let sidecar = authenticate(&app, &token, peer).await?;
     let new = app
         .sidecars
         .rotate(&sidecar)

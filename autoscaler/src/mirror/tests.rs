@@ -20,6 +20,8 @@ use crate::store::MemoryStore;
 use crate::upstream::fake::{FakeUpstream, Scripted};
 
 mod fidelity;
+mod hostile;
+mod parsers;
 mod spec;
 
 const UPSTREAM_TOKEN_A: &str = "glrt-UPSTREAM-A-never-leaves";
@@ -73,6 +75,7 @@ fn harness() -> Harness {
         trace_patch_bytes: 1 << 20,
         call_timeout: Duration::from_secs(5),
         artifact_timeout: Duration::from_secs(5),
+        job_requests_per_sidecar: 2,
     };
     let delivery = crate::delivery::Delivery::new(
         upstream.clone(),

@@ -1,9 +1,8 @@
 //! TLS on the mirrored runner API: the certificate store that serves every new handshake the
-//! current certificate and can swap it without touching open connections (`store`), the
-//! listener that runs handshakes with a timeout (`listener`), the reload triggers (SIGHUP and
-//! a change of the files' modification time, `watch`), and PEM loading (`load`).
+//! current certificate and can swap it without touching open connections (`store`), the reload
+//! triggers (SIGHUP and a change of the files' modification time, `watch`), and PEM loading
+//! (`load`). Connections, handshakes included, are served by `conn`.
 
-mod listener;
 mod load;
 mod watch;
 
@@ -16,9 +15,12 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-pub use listener::{HANDSHAKE_TIMEOUT, TlsListener};
+use crate::config::ConnectionLimits;
+
+pub use crate::conn::HANDSHAKE_TIMEOUT;
 pub use load::{TlsError, certified_key, read_certificates, relay_ca_pem, to_pem};
 pub use watch::{RELOAD_CHECK_INTERVAL, watch};
 
@@ -79,30 +81,17 @@ impl CertStore {
     }
 }
 
-/// Serves `router` on `listener` until `stop`: over TLS with the certificate of `certs` when
-/// given, plain HTTP otherwise.
+/// Serves `router` on `listener` until `stop` under `limits`: over TLS with the certificate of
+/// `certs` when given, plain HTTP otherwise.
 pub fn serve(
     listener: TcpListener,
     certs: Option<Arc<CertStore>>,
     router: axum::Router,
+    limits: ConnectionLimits,
     stop: CancellationToken,
-) -> std::io::Result<JoinHandle<std::io::Result<()>>> {
-    let stopped = async move { stop.cancelled().await };
-    Ok(match certs {
-        None => tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stopped)
-                .await
-        }),
-        Some(certs) => {
-            let tls = TlsListener::new(listener, certs.server_config())?;
-            tokio::spawn(async move {
-                axum::serve(tls, router)
-                    .with_graceful_shutdown(stopped)
-                    .await
-            })
-        }
-    })
+) -> JoinHandle<std::io::Result<()>> {
+    let tls = certs.map(|c| TlsAcceptor::from(c.server_config()));
+    tokio::spawn(async move { crate::conn::serve(listener, tls, router, &limits, stop).await })
 }
 
 impl ResolvesServerCert for CertStore {

@@ -113,7 +113,13 @@ async fn a_silent_client_does_not_hold_up_other_handshakes() {
     let addr = tcp.local_addr().unwrap();
     let router = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
     let stop = CancellationToken::new();
-    let _server = serve(tcp, Some(store), router, stop.clone()).unwrap();
+    let _server = serve(
+        tcp,
+        Some(store),
+        router,
+        ConnectionLimits::default(),
+        stop.clone(),
+    );
 
     let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut roots = rustls::RootCertStore::empty();

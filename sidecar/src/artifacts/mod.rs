@@ -76,8 +76,23 @@ pub fn build_archive(
     entries: &BTreeSet<PathBuf>,
     tmp_dir: &Path,
 ) -> Result<tempfile::NamedTempFile, ArtifactError> {
-    let tmp = tempfile::NamedTempFile::new_in(tmp_dir)?;
-    let file = tmp.reopen()?;
+    build_archive_into(
+        format,
+        project_dir,
+        entries,
+        tempfile::NamedTempFile::new_in(tmp_dir)?,
+    )
+}
+
+/// [`build_archive`] into a temporary file opened beforehand, written through its handle only
+/// (so that it may be opened with other rights than the project's files are read with).
+pub fn build_archive_into(
+    format: Format,
+    project_dir: &Path,
+    entries: &BTreeSet<PathBuf>,
+    tmp: tempfile::NamedTempFile,
+) -> Result<tempfile::NamedTempFile, ArtifactError> {
+    let file = tmp.as_file().try_clone()?;
     match format {
         Format::Zip => {
             let mut w = archive::write_zip(project_dir, entries, std::io::BufWriter::new(file))?;
@@ -95,7 +110,8 @@ pub fn build_archive(
             if files.len() != 1 {
                 return Err(ArtifactError::RawNeedsOneFile(files.len()));
             }
-            std::fs::copy(project_dir.join(files[0]), tmp.path())?;
+            let mut source = std::fs::File::open(project_dir.join(files[0]))?;
+            std::io::copy(&mut source, &mut &file)?;
         }
     }
     Ok(tmp)

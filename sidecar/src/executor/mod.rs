@@ -3,6 +3,7 @@
 
 pub mod process;
 pub mod script;
+pub mod user;
 
 use std::sync::Arc;
 

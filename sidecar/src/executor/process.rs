@@ -14,6 +14,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::user::JobUser;
 use super::{ExecutorError, Interrupt};
 use crate::trace::Trace;
 
@@ -73,13 +74,14 @@ fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// Run `script` with bash in `cwd`, streaming its output into `trace`.
+/// Run `script` with bash in `cwd` (as `run_as` when given), streaming its output into `trace`.
 pub async fn run_bash(
     script: &Path,
     cwd: &Path,
     trace: &Trace,
     mut interrupts: watch::Receiver<Interrupt>,
     limits: StageLimits,
+    run_as: Option<&JobUser>,
 ) -> Result<StageEnd, ExecutorError> {
     let current = *interrupts.borrow_and_update();
     if current >= limits.stop_at {
@@ -101,6 +103,9 @@ pub async fn run_bash(
         .kill_on_drop(true);
     for name in HIDDEN_ENV {
         command.env_remove(name);
+    }
+    if let Some(user) = run_as {
+        user.apply(&mut command);
     }
     let mut child = command.spawn().map_err(ExecutorError::Spawn)?;
     // Our copies of the pipe's write end live in `command`; drop them so EOF arrives
@@ -261,6 +266,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(None, Interrupt::Cancel),
+            None,
         )
         .await
         .unwrap();
@@ -281,6 +287,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(None, Interrupt::Cancel),
+            None,
         )
         .await
         .unwrap();
@@ -305,6 +312,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(Some(deadline), Interrupt::Cancel),
+            None,
         )
         .await
         .unwrap();
@@ -334,6 +342,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(None, Interrupt::Cancel),
+            None,
         )
         .await
         .unwrap();
@@ -364,6 +373,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(None, Interrupt::Cancel),
+            None,
         );
         let (end, _) = tokio::join!(run, async {
             wait_fifo(fifo.clone()).await;
@@ -385,6 +395,7 @@ mod tests {
             &t,
             i.subscribe(),
             limits(None, Interrupt::Abort),
+            None,
         );
         let (end, _) = tokio::join!(run, wait_fifo(fifo2.clone()));
         assert_eq!(end.unwrap(), StageEnd::Exited(0));
@@ -407,7 +418,7 @@ mod tests {
         let mut l = limits(None, Interrupt::Cancel);
         l.kill_grace = Duration::from_secs(60);
         let started = std::time::Instant::now();
-        let run = run_bash(&s, dir.path(), &t, i.subscribe(), l);
+        let run = run_bash(&s, dir.path(), &t, i.subscribe(), l, None);
         let (end, _) = tokio::join!(run, async {
             wait_fifo(fifo.clone()).await;
             i.raise(Interrupt::Abort);

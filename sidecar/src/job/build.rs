@@ -211,7 +211,18 @@ impl<'a> Build<'a> {
             ));
         }
         self.env = env;
-        Ok(())
+        self.hand_over_job_root()
+    }
+
+    /// With a job user, the job's directory (sources, file variables, downloaded artifacts) is
+    /// that user's, so that its scripts can write there; nothing else of the sidecar's is.
+    pub(super) fn hand_over_job_root(&self) -> std::io::Result<()> {
+        match &self.ctx.settings.job_user {
+            Some(user) => user
+                .hand_over(&self.job_root)
+                .map_err(std::io::Error::other),
+            None => Ok(()),
+        }
     }
 
     pub(super) fn env_var(&self, key: &str) -> Option<&str> {
@@ -246,6 +257,7 @@ impl<'a> Build<'a> {
             &self.trace,
             self.interrupts.subscribe(),
             limits,
+            self.ctx.settings.job_user.as_ref(),
         )
         .await;
         let _ = std::fs::remove_file(&path);

@@ -42,6 +42,8 @@ pub struct JobSettings {
     pub kill_grace: Duration,
     /// The CA bundle of `--tls-ca-file`, given to jobs as `CI_SERVER_TLS_CA_FILE` and to git.
     pub tls_ca: Option<crate::client::ca::CaBundle>,
+    /// The user job scripts run as (`--job-user`); `None`: the sidecar's own.
+    pub job_user: Option<crate::executor::user::JobUser>,
 }
 
 impl JobSettings {
@@ -55,6 +57,7 @@ impl JobSettings {
             after_script_timeout: AFTER_SCRIPT_TIMEOUT,
             kill_grace: Duration::from_secs(10),
             tls_ca: None,
+            job_user: None,
         }
     }
 }

@@ -134,7 +134,14 @@ impl Build<'_> {
                 dep.name, dep.id
             ));
             let work = async {
-                let tmp = tempfile::NamedTempFile::new_in(&self.tmp_dir)?;
+                let job_user = self.ctx.settings.job_user.clone();
+                // With a job user the download is the sidecar's own file until it is handed
+                // to the job, and is unpacked with the job's rights only: an entry written
+                // through a link the job planted lands where the job itself could write.
+                let tmp = match &job_user {
+                    Some(_) => tempfile::NamedTempFile::new()?,
+                    None => tempfile::NamedTempFile::new_in(&self.tmp_dir)?,
+                };
                 transfer::download(&self.ctx.client, dep.id, &dep.token, tmp.path()).await?;
                 let path = tmp.path().to_path_buf();
                 let dest = self.project_dir.clone();
@@ -142,7 +149,15 @@ impl Build<'_> {
                     if !artifacts::is_zip(&path)? {
                         return Err(artifacts::ArtifactError::NotZip);
                     }
-                    archive::extract_zip(&path, &dest)
+                    match &job_user {
+                        Some(user) => {
+                            user.hand_over(&path).map_err(|e| {
+                                artifacts::ArtifactError::Io(std::io::Error::other(e))
+                            })?;
+                            user.with_fs_identity(|| archive::extract_zip(&path, &dest))
+                        }
+                        None => archive::extract_zip(&path, &dest),
+                    }
                 })
                 .await
                 .map_err(|e| artifacts::ArtifactError::Archive(e.to_string()))?;

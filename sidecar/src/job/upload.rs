@@ -7,6 +7,7 @@ use super::build::{Build, StageResult};
 use crate::artifacts::{self, Format, archive, transfer};
 use crate::executor::Interrupt;
 use crate::executor::script;
+use crate::executor::user::JobUser;
 use crate::protocol::{ArtifactSpec, FailureReason};
 use crate::trace::{ANSI_BOLD_GREEN, ANSI_RESET, Trace};
 
@@ -81,29 +82,40 @@ impl Build<'_> {
         let project = self.project_dir.clone();
         let tmp_dir = self.tmp_dir.clone();
         let untracked = spec.untracked;
+        let job_user = self.ctx.settings.job_user.clone();
         let built = tokio::task::spawn_blocking(move || {
-            let untracked_files = if untracked {
-                untracked_files(&project)
-            } else {
-                Ok(Vec::new())
+            // With a job user, the archive is a file of the sidecar's own (outside the job's
+            // reach, so that a job process left behind cannot swap it before the upload), and
+            // the project is read with the job's rights only.
+            let out = match &job_user {
+                Some(_) => tempfile::NamedTempFile::new(),
+                None => tempfile::NamedTempFile::new_in(&tmp_dir),
             };
-            let sel = archive::select(
-                &project,
-                &paths,
-                &exclude,
-                untracked_files.as_deref().unwrap_or(&[]),
-            );
-            let archive = if sel.entries.is_empty() {
-                None
-            } else {
-                Some(artifacts::build_archive(
-                    format,
+            let collect = || {
+                let untracked_files = if untracked {
+                    untracked_files(&project, job_user.as_ref())
+                } else {
+                    Ok(Vec::new())
+                };
+                let sel = archive::select(
                     &project,
-                    &sel.entries,
-                    &tmp_dir,
-                ))
+                    &paths,
+                    &exclude,
+                    untracked_files.as_deref().unwrap_or(&[]),
+                );
+                let archive = if sel.entries.is_empty() {
+                    None
+                } else {
+                    Some(out.map_err(artifacts::ArtifactError::from).and_then(|out| {
+                        artifacts::build_archive_into(format, &project, &sel.entries, out)
+                    }))
+                };
+                (sel, untracked_files.err(), archive)
             };
-            (sel, untracked_files.err(), archive)
+            match &job_user {
+                Some(user) => user.with_fs_identity(collect),
+                None => collect(),
+            }
         })
         .await;
         let (sel, untracked_err, archive) = match built {
@@ -165,15 +177,21 @@ impl Build<'_> {
 
 /// `git ls-files -o` in the project directory: files git does not track (ignored ones
 /// included, as GitLab documents for `artifacts:untracked`).
-fn untracked_files(project: &Path) -> Result<Vec<PathBuf>, String> {
+/// With a job user, git runs as that user: the repository is the job's, and its configuration
+/// (hooks, `core.fsmonitor`) must never run with the sidecar's rights.
+fn untracked_files(project: &Path, job_user: Option<&JobUser>) -> Result<Vec<PathBuf>, String> {
     if !project.join(".git").exists() {
         return Err("not a git repository, no untracked files collected".to_owned());
     }
-    let out = std::process::Command::new("git")
-        .args(["ls-files", "-o", "-z"])
-        .current_dir(project)
-        .output()
-        .map_err(|e| e.to_string())?;
+    let mut git = std::process::Command::new("git");
+    git.args(["ls-files", "-o", "-z"]).current_dir(project);
+    if let Some(user) = job_user {
+        use std::os::unix::process::CommandExt;
+        git.uid(user.uid.as_raw())
+            .gid(user.gid.as_raw())
+            .env("HOME", &user.home);
+    }
+    let out = git.output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
     }

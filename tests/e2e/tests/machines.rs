@@ -153,11 +153,15 @@ fn all_gone(list: &[MachineRecord]) -> bool {
     !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
 }
 
-/// The machine directory a job ran in, from the `HOME=` line it printed.
-fn home_of(trace: &str) -> Option<String> {
+/// Printed by a job: its builds directory, which is its sidecar's own (jobs run as a job user
+/// whose home all local machines of a host share).
+const PRINT_MACHINE: &str = "echo MACHINE=$CI_BUILDS_DIR";
+
+/// The machine a job ran on, from the line [`PRINT_MACHINE`] printed.
+fn machine_of(trace: &str) -> Option<String> {
     trace
         .lines()
-        .find_map(|l| l.strip_prefix("HOME="))
+        .find_map(|l| l.strip_prefix("MACHINE="))
         .map(str::to_string)
 }
 
@@ -176,7 +180,7 @@ async fn thirty_jobs_from_zero_machines_never_exceed_the_maximum_and_idle_machin
         ids.push(
             r.enqueue(&[
                 &format!("echo job {i} on $(hostname)"),
-                "echo HOME=$HOME",
+                PRINT_MACHINE,
                 "sleep 0.2",
             ])
             .await?,
@@ -185,7 +189,7 @@ async fn thirty_jobs_from_zero_machines_never_exceed_the_maximum_and_idle_machin
     let mut homes = BTreeSet::new();
     for id in ids {
         let trace = r.finish(id).await?;
-        homes.extend(home_of(&trace));
+        homes.extend(machine_of(&trace));
     }
     let (created, most, _) = r.machine_counts()?;
     ensure!(
@@ -232,6 +236,11 @@ async fn capacity_per_machine_runs_three_jobs_at_once_on_one_machine() -> Result
     )
     .await?;
     let barrier = tempfile::tempdir()?;
+    // Jobs run as the unprivileged job user: the barrier must be theirs to write.
+    std::fs::set_permissions(
+        barrier.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )?;
     let b = barrier.path().display().to_string();
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -241,14 +250,14 @@ async fn capacity_per_machine_runs_three_jobs_at_once_on_one_machine() -> Result
                 &format!("touch {b}/$CI_JOB_ID"),
                 &format!("for i in $(seq 1 600); do [ $(ls {b} | wc -l) -ge 3 ] && break; sleep 0.1; done"),
                 &format!("[ $(ls {b} | wc -l) -ge 3 ]"),
-                "echo HOME=$HOME",
+                PRINT_MACHINE,
             ])
             .await?,
         );
     }
     let mut homes = BTreeSet::new();
     for id in ids {
-        homes.extend(home_of(&r.finish(id).await?));
+        homes.extend(machine_of(&r.finish(id).await?));
     }
     ensure!(homes.len() == 1, "the three jobs ran on {homes:?}");
     let (created, most, _) = r.machine_counts()?;
@@ -269,11 +278,11 @@ async fn max_use_count_recycles_a_machine_after_two_jobs() -> Result<()> {
     .await?;
     let mut ids = Vec::new();
     for _ in 0..4 {
-        ids.push(r.enqueue(&["echo HOME=$HOME"]).await?);
+        ids.push(r.enqueue(&[PRINT_MACHINE]).await?);
     }
     let mut per_machine: BTreeMap<String, usize> = BTreeMap::new();
     for id in ids {
-        let home = home_of(&r.finish(id).await?).context("no HOME line")?;
+        let home = machine_of(&r.finish(id).await?).context("no MACHINE line")?;
         *per_machine.entry(home).or_default() += 1;
     }
     ensure!(
