@@ -7,6 +7,7 @@ use super::body::{self, read_limited};
 use super::params::Params;
 use super::{ApiError, App};
 use crate::core::JobId;
+use crate::core::job::JobPhase;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -62,12 +63,18 @@ pub async fn request_job(
 }
 
 /// `201`, `application/json`, the payload exactly as GitLab sent it, once the job's acceptance
-/// and this hand-out are on disk.
+/// and this hand-out are on stable storage. A job that could not be made durable is not handed
+/// out (the intake gives it back to GitLab and logs why): the sidecar hears "no job" and asks
+/// again.
 async fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
-    app.jobs
-        .durable()
-        .await
-        .map_err(|e| ApiError::Internal(format!("the store cannot make job {id} durable: {e}")))?;
+    let durable = app.jobs.durable().await;
+    let still_ours = matches!(app.jobs.phase(id), Some(JobPhase::Assigned { .. }));
+    if let Err(e) = &durable {
+        tracing::debug!(job.id = %id, error = %e, "job not handed out: the store cannot make it durable");
+    }
+    if durable.is_err() || !still_ours {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     tracing::Span::current().record("job.id", id.0);
     let payload = app
         .jobs
