@@ -63,16 +63,15 @@ pub async fn request_job(
 }
 
 /// `201`, `application/json`, the payload exactly as GitLab sent it, once the job's acceptance
-/// and this hand-out are on stable storage. A job that could not be made durable is not handed
-/// out (the intake gives it back to GitLab and logs why): the sidecar hears "no job" and asks
-/// again.
+/// and this hand-out are on stable storage (this request makes them so). A job that cannot be
+/// made durable is not handed out but given back to GitLab: the sidecar hears "no job" and
+/// asks again.
 async fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
-    let durable = app.jobs.durable().await;
-    let still_ours = matches!(app.jobs.phase(id), Some(JobPhase::Assigned { .. }));
-    if let Err(e) = &durable {
-        tracing::debug!(job.id = %id, error = %e, "job not handed out: the store cannot make it durable");
+    if let Err(e) = app.jobs.durable().await {
+        app.jobs.give_back_unstored(id, &e);
+        return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    if durable.is_err() || !still_ours {
+    if !matches!(app.jobs.phase(id), Some(JobPhase::Assigned { .. })) {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     tracing::Span::current().record("job.id", id.0);
