@@ -143,8 +143,10 @@ impl PoolQueue {
     }
 
     /// Offers a queued job to the pool: to the waiting request that suits it best
-    /// (`core::routing`), or to `ready` for the next request.
-    pub fn offer(&self, job: JobId) {
+    /// (`core::routing`), or to `ready` for the next request. `true` when a waiting request
+    /// took it: that request makes the hand-out durable before it answers (see
+    /// `mirror::job_request`).
+    pub fn offer(&self, job: JobId) -> bool {
         let mut s = self.lock();
         if s.handing_out {
             // Waiters whose request is gone or whose machine stopped taking jobs meanwhile are
@@ -161,7 +163,7 @@ impl PoolQueue {
                     // The job is no longer waiting (accepted by a sidecar or ended meanwhile).
                     tracing::debug!(job.id = %job, error = %e, "not offering a job that left the queue");
                     s.waiters.push_front(w);
-                    return;
+                    return false;
                 }
                 let (sidecar, request_id) = (w.sidecar, w.request_id.clone());
                 match w.tx.send(job) {
@@ -173,7 +175,7 @@ impl PoolQueue {
                         tracing::debug!(job.id = %job, sidecar.id = %sidecar, pool = %self.pool, "job handed out");
                         drop(s);
                         self.notify();
-                        return;
+                        return true;
                     }
                     Err(_) => {
                         let _ = self.jobs.apply(job, JobEvent::HandOutFailed);
@@ -184,6 +186,7 @@ impl PoolQueue {
         s.ready.push_back(job);
         drop(s);
         self.notify();
+        false
     }
 
     fn placements(&self, sidecars: &[SidecarId]) -> Vec<Placement> {
@@ -373,10 +376,24 @@ impl Drop for WaiterGuard {
         self.remove_waiter();
         if let Ok(job) = rx.try_recv() {
             tracing::debug!(job.id = %job, "job request went away as its job arrived; offering the job again");
-            if self.queue.jobs.apply(job, JobEvent::HandOutFailed).is_ok() {
-                self.queue.offer(job);
+            if self.queue.jobs.apply(job, JobEvent::HandOutFailed).is_ok() && !self.queue.offer(job)
+            {
+                // The request that would have made it durable is gone; nobody else will before
+                // the job waits in the queue.
+                make_durable(self.queue.jobs.clone(), job);
             }
         }
+    }
+}
+
+/// Makes a job's acceptance durable in the background; a job that cannot be is given back.
+fn make_durable(jobs: Arc<Jobs>, job: JobId) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Err(e) = jobs.durable().await {
+                jobs.give_back_unstored(job, &e);
+            }
+        });
     }
 }
 

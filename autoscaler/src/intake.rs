@@ -201,7 +201,7 @@ impl Intake {
     }
 
     async fn one_request(&self) -> Round {
-        if !self.jobs.store_writable() {
+        if !self.jobs.store_writable().await {
             return Round::Failed {
                 retry_after: None,
                 reason: "the store cannot write; no job is taken from GitLab until it can".into(),
@@ -260,14 +260,25 @@ impl Intake {
     }
 
     /// Stores the job GitLab gave us and offers it to the pool. The job request that gets it
-    /// answers only once the store is flushed; a job nobody waits for is flushed here, then
-    /// acknowledged to GitLab by the maintenance loop.
+    /// makes it durable before it answers (one sync covers the acceptance and the hand-out); a
+    /// job nobody waits for is made durable here, then acknowledged to GitLab by the
+    /// maintenance loop. A job that cannot be made durable is given back.
     async fn take(&self, payload: &[u8]) -> Round {
         match self.jobs.accept(self.pool.name(), payload) {
             Ok(Accepted::New(id)) => {
-                self.pool.queue.offer(id);
+                if self.pool.queue.offer(id) {
+                    // The request that took it makes it durable before answering, on its own
+                    // task: no hand-off between two tasks on the way to the sidecar.
+                    return Round::Job(id);
+                }
                 if let Err(e) = self.jobs.durable().await {
-                    tracing::error!(job.id = %id, error = %e, "the store cannot flush; the job would not survive a crash");
+                    self.jobs.give_back_unstored(id, &e);
+                    return Round::Failed {
+                        retry_after: None,
+                        reason: format!(
+                            "job {id} could not be made durable; it goes back to GitLab as a failure"
+                        ),
+                    };
                 }
                 Round::Job(id)
             }

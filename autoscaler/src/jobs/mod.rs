@@ -59,6 +59,9 @@ struct Held {
     /// The trace length GitLab last confirmed (`Range: 0-<n>`), when known. Lets the relay answer
     /// a patch at the wrong offset with `416` without a round trip.
     trace_length: Option<u64>,
+    /// The payload of a job taken in this run, until a sidecar has it: the hand-out reads no
+    /// store, and works while the store refuses even reads (sled after a write error).
+    payload: Option<Bytes>,
 }
 
 #[derive(Debug)]
@@ -90,6 +93,7 @@ impl Jobs {
                     Held {
                         record,
                         trace_length: None,
+                        payload: None,
                     },
                 )
             })
@@ -172,18 +176,14 @@ impl Jobs {
             .and_then(|()| self.store.put_job(&record));
         let unstored = stored.is_err();
         if let Err(e) = stored {
-            self.store_failing
-                .store(true, std::sync::atomic::Ordering::SeqCst);
             // A job the store does not hold must not run: a crash would lose it. GitLab already
             // counts it ours, so it is given back as a failure GitLab can retry: where GitLab
             // waits for our acknowledgement it refuses the failure and, no keep-alive coming,
             // fails it as runner_provisioning_timeout; else it records runner_system_failure.
-            tracing::error!(job.id = %record.id, pool, error = %e,
-                "the store cannot write: the job is not run and goes back to GitLab as a failure");
+            self.store_refused(&e);
+            tracing::warn!(job.id = %record.id, pool, "job not stored: it is not run and goes back to GitLab as a failure");
             record.phase = JobPhase::Failing {
-                reason: format!(
-                    "the autoscaler could not store the job ({e}), so it did not run it"
-                ),
+                reason: unstored_reason(&e),
                 since: record.accepted_at,
             };
         }
@@ -200,11 +200,13 @@ impl Jobs {
                 },
             );
         }
+        let kept = (!unstored).then(|| Bytes::copy_from_slice(payload));
         self.lock().insert(
             id,
             Held {
                 record,
                 trace_length: never_ran.then_some(0),
+                payload: kept,
             },
         );
         self.bump();
@@ -238,14 +240,41 @@ impl Jobs {
             .unwrap_or_default()
     }
 
+    /// A job accepted a moment ago whose writes did not reach stable storage (`durable`
+    /// failed): it must not run, so it is given back to GitLab as a failure, like a job the
+    /// store refused (see [`Jobs::accept`]). A hand-out racing with this is answered "no job".
+    pub fn give_back_unstored(&self, id: JobId, error: &StoreError) {
+        self.store_refused(error);
+        tracing::warn!(job.id = %id, "job not made durable: it is not run and goes back to GitLab as a failure");
+        let reason = unstored_reason(error);
+        if let Err(e) = self.apply(id, JobEvent::Abandon { reason }) {
+            tracing::debug!(job.id = %id, error = %e, "job not given back");
+        }
+    }
+
+    /// Notes that the store refused a write. The first refusal of an episode (until a probe
+    /// write works again) is logged.
+    fn store_refused(&self, error: &StoreError) {
+        if !self
+            .store_failing
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::error!(error = %error,
+                "the store cannot write: no job is taken from GitLab until it can; jobs already \
+                 with sidecars go on, their state kept in memory meanwhile");
+        }
+    }
+
     /// Whether the store takes writes: `true` unless a job could not be stored, then only once
-    /// a probe write works again (so no job is taken from GitLab to be failed meanwhile).
-    pub fn store_writable(&self) -> bool {
+    /// a probe write reaches stable storage again (so no job is taken from GitLab to be failed
+    /// meanwhile).
+    pub async fn store_writable(&self) -> bool {
         use std::sync::atomic::Ordering;
         if !self.store_failing.load(Ordering::SeqCst) {
             return true;
         }
-        let works = self.store.put_meta("probe/writable", b"1").is_ok();
+        let works = self.store.put_meta("probe/writable", b"1").is_ok()
+            && self.store.durable().await.is_ok();
         if works {
             self.store_failing.store(false, Ordering::SeqCst);
             tracing::info!("the store takes writes again; taking jobs again");
@@ -269,7 +298,11 @@ impl Jobs {
         let job = held.get_mut(&id).ok_or(JobsError::Unknown(id))?;
         let mut record = job.record.clone();
         change(&mut record);
-        self.store.put_job(&record)?;
+        if let Err(e) = self.store.put_job(&record) {
+            // Kept in memory: a crash would lose the change, which a restart tolerates (it
+            // owes GitLab the same again), and the job goes on meanwhile.
+            self.store_refused(&e);
+        }
         job.record = record;
         drop(held);
         self.bump();
@@ -278,7 +311,7 @@ impl Jobs {
 
     /// Applies `event` to job `id`, persisting the new phase (without waiting for the disk:
     /// losing a phase change in a crash only makes the job look younger, which the protocol
-    /// tolerates, see `core::job`).
+    /// tolerates, see `core::job`). Only a hand-out fails when the store refuses the write.
     pub fn apply(&self, id: JobId, event: JobEvent) -> Result<(JobPhase, JobPhase), JobsError> {
         let now = self.clock.now();
         let mut held = self.lock();
@@ -288,7 +321,19 @@ impl Jobs {
         if after != before {
             let mut record = job.record.clone();
             record.phase = after.clone();
-            self.store.put_job(&record)?;
+            if let Err(e) = self.store.put_job(&record) {
+                // A hand-out must be on disk before the job leaves; any other phase change is
+                // kept in memory when the store refuses it (as if lost in a crash, see above),
+                // so that jobs with sidecars go on.
+                if matches!(event, JobEvent::HandedOut { .. }) {
+                    return Err(e.into());
+                }
+                self.store_refused(&e);
+            }
+            if !matches!(after, JobPhase::Queued | JobPhase::Assigned { .. }) {
+                // A sidecar has it (or nobody will): the payload is not handed out again.
+                job.payload = None;
+            }
             job.record = record;
             drop(held);
             self.bump();
@@ -310,6 +355,9 @@ impl Jobs {
     }
 
     pub fn payload(&self, id: JobId) -> Result<Option<Bytes>, StoreError> {
+        if let Some(kept) = self.lock().get(&id).and_then(|j| j.payload.clone()) {
+            return Ok(Some(kept));
+        }
         self.store.payload(id)
     }
 
@@ -437,6 +485,10 @@ impl Jobs {
         }
         Ok(done.len())
     }
+}
+
+fn unstored_reason(error: &StoreError) -> String {
+    format!("the autoscaler could not store the job ({error}), so it did not run it")
 }
 
 mod access;

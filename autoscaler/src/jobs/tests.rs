@@ -155,12 +155,49 @@ async fn a_job_the_store_cannot_write_is_not_run_but_given_back_as_a_failure() {
     );
     assert!(jobs.waiting_in_pool("default").is_empty());
     assert!(
-        !jobs.store_writable(),
+        !jobs.store_writable().await,
         "no job is taken while the disk is full"
     );
     store.fail_writes(false);
     assert!(
-        jobs.store_writable(),
+        jobs.store_writable().await,
         "a probe write finds the disk usable again"
     );
+}
+
+#[tokio::test]
+async fn a_job_that_could_not_be_made_durable_is_given_back_and_phase_changes_go_on_in_memory() {
+    let (jobs, store, _clock) = table();
+    assert_eq!(
+        jobs.accept("default", &payload(8, &[])).unwrap(),
+        Accepted::New(JobId(8))
+    );
+    assert_eq!(
+        jobs.accept("default", &payload(9, &[])).unwrap(),
+        Accepted::New(JobId(9))
+    );
+    jobs.apply(JobId(9), JobEvent::Accepted).unwrap();
+    store.fail_writes(true);
+    // The hand-out of job 8 cannot be recorded: it does not happen.
+    assert!(
+        jobs.apply(
+            JobId(8),
+            JobEvent::HandedOut {
+                sidecar: SidecarId(1)
+            }
+        )
+        .is_err()
+    );
+    jobs.give_back_unstored(JobId(8), &StoreError::Io("No space left on device".into()));
+    assert!(
+        matches!(jobs.phase(JobId(8)), Some(JobPhase::Failing { reason, .. }) if reason.contains("could not store")),
+        "owed to GitLab as a failure"
+    );
+    assert!(!jobs.store_writable().await);
+    // Job 9 runs on its sidecar: its end is kept in memory although the store refuses it.
+    jobs.apply(JobId(9), JobEvent::Ended).unwrap();
+    assert!(matches!(
+        jobs.phase(JobId(9)),
+        Some(JobPhase::Finished { .. })
+    ));
 }

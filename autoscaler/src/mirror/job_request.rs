@@ -8,6 +8,7 @@ use super::params::Params;
 use super::runners::{Peer, authenticate};
 use super::{ApiError, App};
 use crate::core::JobId;
+use crate::core::job::JobPhase;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -65,12 +66,17 @@ pub async fn request_job(
 }
 
 /// `201`, `application/json`, the payload exactly as GitLab sent it, once the job's acceptance
-/// and this hand-out are on disk.
+/// and this hand-out are on stable storage (this request makes them so). A job that cannot be
+/// made durable is not handed out but given back to GitLab: the sidecar hears "no job" and
+/// asks again.
 async fn job_response(app: &App, id: JobId) -> Result<Response, ApiError> {
-    app.jobs
-        .durable()
-        .await
-        .map_err(|e| ApiError::Internal(format!("the store cannot make job {id} durable: {e}")))?;
+    if let Err(e) = app.jobs.durable().await {
+        app.jobs.give_back_unstored(id, &e);
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    if !matches!(app.jobs.phase(id), Some(JobPhase::Assigned { .. })) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     tracing::Span::current().record("job.id", id.0);
     let payload = app
         .jobs

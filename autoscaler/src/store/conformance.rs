@@ -276,3 +276,30 @@ async fn concurrent_durable_calls_share_flushes() {
     );
     assert_eq!(store.jobs().unwrap().len(), 64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sled_store_keeps_every_write_across_journal_switches_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let payload = vec![b'x'; 4096];
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        // About 4 MiB of journal: several epochs, each checkpointed in the background.
+        for id in 1..=1000u64 {
+            store.put_payload(JobId(id), &payload).unwrap();
+            store.put_job(&job(id)).unwrap();
+            if id % 3 == 0 {
+                store.remove_job(JobId(id)).unwrap();
+            }
+            store.durable().await.unwrap();
+        }
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    let jobs = store.jobs().unwrap();
+    assert_eq!(jobs.len(), 667);
+    assert!(jobs.iter().all(|j| j.id.0 % 3 != 0));
+    assert_eq!(
+        store.payload(JobId(1000)).unwrap().as_deref(),
+        Some(&payload[..])
+    );
+    assert_eq!(store.payload(JobId(999)).unwrap(), None);
+}

@@ -2,9 +2,12 @@
 //! one for tests; `conformance` holds the suite both must pass.
 //!
 //! Writes are cheap and buffered; [`Store::durable`] returns once everything written before the
-//! call is on disk. Concurrent callers share one flush (group commit), so durability costs one
-//! fsync per burst of acceptances, not one per job.
+//! call is on stable storage (for sled: `fdatasync` of the store's journal, see `journal`).
+//! Concurrent callers share one sync (group commit), so durability costs one `fdatasync` per
+//! burst of acceptances, not one per job.
 
+mod checkpoint;
+mod journal;
 mod manifest;
 mod memory;
 mod records;

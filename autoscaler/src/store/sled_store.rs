@@ -1,10 +1,13 @@
 //! The production store, on sled.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 
+use super::checkpoint::{COMMIT_KEY, Checkpoints};
+use super::journal::{Entry, Journal};
 use super::manifest::{Found, Manifest, Verdict, verdict};
 use super::records::{decode, encode};
 use super::{JobRecord, MachineRecord, SCHEMA_VERSION, SidecarRecord, Store, StoreError};
@@ -12,35 +15,31 @@ use crate::core::{JobId, SidecarId};
 
 const SCHEMA_KEY: &str = "schema_version";
 const STORE_ID_KEY: &str = "store_id";
-/// Counts flushes; the manifest records a value the database reached, to detect a damaged log.
-const COMMIT_KEY: &str = "commit";
-/// How often a flush also brings the manifest's commit number up to date.
-const MANIFEST_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+/// The last id handed out by `next_id`.
+const LAST_ID_KEY: &str = "last_id";
 
+/// Which sled tree a journal entry belongs to.
+const JOBS: u8 = 0;
+const PAYLOADS: u8 = 1;
+const SIDECARS: u8 = 2;
+const MACHINES: u8 = 3;
+const META: u8 = 4;
+
+/// sled holds the records; the journal (see `journal`) makes each write durable at `durable()`
+/// with one `fdatasync`, and checkpoints bring sled's own files to stable storage.
 #[derive(Debug)]
 pub struct SledStore {
     path: PathBuf,
-    db: sled::Db,
-    jobs: sled::Tree,
-    payloads: sled::Tree,
-    sidecars: sled::Tree,
-    machines: sled::Tree,
-    meta: sled::Tree,
-    /// Writes completed so far, and how many of them a finished flush covered. `durable` compares
-    /// the two so that a caller whose writes were covered by someone else's flush returns at once.
-    writes: AtomicU64,
-    flushed: AtomicU64,
-    flushes: AtomicU64,
-    flush_lock: tokio::sync::Mutex<()>,
-    store_id: String,
-    /// The last commit number flushed to disk.
-    commit: AtomicU64,
-    manifest_written: std::sync::Mutex<tokio::time::Instant>,
+    trees: [sled::Tree; 5],
+    journal: Arc<Journal>,
+    checkpoints: Arc<Checkpoints>,
+    last_id: AtomicU64,
 }
 
 impl SledStore {
     /// Opens (or creates) the store in `dir`. Refuses a store written by a newer schema, and a
-    /// database that does not match its manifest (see `manifest`).
+    /// database that does not match its manifest (see `manifest`). Replays the journal, then
+    /// checkpoints, so that the store starts with an empty journal.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let open_err = |detail: String| StoreError::Open {
             path: dir.display().to_string(),
@@ -51,28 +50,30 @@ impl SledStore {
         let db = sled::Config::new()
             .path(dir.join("db"))
             .mode(sled::Mode::HighThroughput)
+            // Checkpoints flush sled; its own timer would only add syncs at random moments.
+            .flush_every_ms(None)
             .open()
             .map_err(|e| open_err(e.to_string()))?;
         let tree = |name: &str| db.open_tree(name).map_err(|e| open_err(e.to_string()));
-        let mut store = Self {
+        let trees = [
+            tree("jobs")?,
+            tree("payloads")?,
+            tree("sidecars")?,
+            tree("machines")?,
+            tree("meta")?,
+        ];
+        let (journal, replay) = Journal::open(dir)?;
+        let checkpoints = Checkpoints::new(dir, db.clone(), trees[META as usize].clone(), 0);
+        let store = Self {
             path: dir.to_path_buf(),
-            jobs: tree("jobs")?,
-            payloads: tree("payloads")?,
-            sidecars: tree("sidecars")?,
-            machines: tree("machines")?,
-            meta: tree("meta")?,
-            db,
-            writes: AtomicU64::new(0),
-            flushed: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
-            flush_lock: tokio::sync::Mutex::new(()),
-            store_id: String::new(),
-            commit: AtomicU64::new(0),
-            manifest_written: std::sync::Mutex::new(crate::clock::monotonic()),
+            trees,
+            journal: Arc::new(journal),
+            checkpoints: Arc::new(checkpoints),
+            last_id: AtomicU64::new(0),
         };
         let found = store.found()?;
-        store.commit.store(found.commit, Ordering::SeqCst);
-        store.store_id = match verdict(dir, manifest.as_ref(), &found)? {
+        store.checkpoints.set_commit(found.commit);
+        let store_id = match verdict(dir, manifest.as_ref(), &found)? {
             Verdict::Adopt => {
                 let id = format!("{:016x}", rand::random::<u64>());
                 store.put_meta(STORE_ID_KEY, id.as_bytes())?;
@@ -84,10 +85,70 @@ impl SledStore {
                 found.store_id.unwrap_or_default()
             }
         };
+        store.checkpoints.set_store_id(store_id);
+        for entry in replay {
+            store.replay(entry)?;
+        }
         store.check_schema()?;
-        store.db.flush().map_err(io)?;
-        store.checkpoint()?;
+        let last_id = store.meta(LAST_ID_KEY)?.map_or(Ok(0), |v| {
+            be_u64(&v).ok_or_else(|| corrupt(LAST_ID_KEY, v.len()))
+        })?;
+        // Stores from before `last_id` drew ids from sled's generator, which only grows.
+        let from_sled = db.generate_id().map_err(io)?;
+        store
+            .last_id
+            .store(last_id.max(from_sled), Ordering::SeqCst);
+        store.checkpoints.run(true)?;
+        store.journal.sync_now()?;
         Ok(store)
+    }
+
+    fn tree(&self, id: u8) -> &sled::Tree {
+        &self.trees[id as usize]
+    }
+
+    /// Applies one journalled write to sled (start-up).
+    fn replay(&self, entry: Entry) -> Result<(), StoreError> {
+        match entry {
+            Entry::Begin => Ok(()),
+            Entry::Put { tree, key, value } => self.put(tree, &key, &value),
+            Entry::Remove { tree, key } => self.remove(tree, &key),
+        }
+    }
+
+    fn put(&self, tree: u8, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let tree_ref = self
+            .trees
+            .get(tree as usize)
+            .ok_or_else(|| unknown_tree(tree))?;
+        self.journal.record(|| {
+            tree_ref.insert(key, value).map_err(io)?;
+            Ok((
+                (),
+                Entry::Put {
+                    tree,
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                },
+            ))
+        })
+    }
+
+    fn remove(&self, tree: u8, key: &[u8]) -> Result<(), StoreError> {
+        let tree_ref = self
+            .trees
+            .get(tree as usize)
+            .ok_or_else(|| unknown_tree(tree))?;
+        self.journal.record(|| {
+            tree_ref.remove(key).map_err(io)?;
+            Ok((
+                (),
+                Entry::Remove {
+                    tree,
+                    key: key.to_vec(),
+                },
+            ))
+        })
     }
 
     /// What the database says about itself, for the manifest check.
@@ -96,18 +157,12 @@ impl SledStore {
             .meta(STORE_ID_KEY)?
             .map(|v| String::from_utf8_lossy(&v).into_owned());
         let commit = match self.meta(COMMIT_KEY)? {
-            Some(v) => <[u8; 8]>::try_from(v.as_slice())
-                .map(u64::from_be_bytes)
-                .map_err(|_| StoreError::Corrupt {
-                    kind: "meta",
-                    key: COMMIT_KEY.into(),
-                    detail: format!("{} bytes instead of 8", v.len()),
-                })?,
+            Some(v) => be_u64(&v).ok_or_else(|| corrupt(COMMIT_KEY, v.len()))?,
             None => 0,
         };
-        let has_records = [&self.jobs, &self.sidecars, &self.machines, &self.meta]
+        let has_records = [JOBS, SIDECARS, MACHINES, META]
             .iter()
-            .any(|t| !t.is_empty());
+            .any(|&t| !self.tree(t).is_empty());
         Ok(Found {
             store_id,
             commit,
@@ -115,23 +170,9 @@ impl SledStore {
         })
     }
 
-    /// Records the last flushed commit number in the manifest.
+    /// Brings sled's files to stable storage and records the commit number in the manifest.
     pub fn checkpoint(&self) -> Result<(), StoreError> {
-        let manifest = Manifest::new(
-            SCHEMA_VERSION,
-            self.store_id.clone(),
-            self.commit.load(Ordering::SeqCst),
-        );
-        manifest.write(&self.path)?;
-        self.manifest_written_now();
-        Ok(())
-    }
-
-    fn manifest_written_now(&self) {
-        *self
-            .manifest_written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = crate::clock::monotonic();
+        self.checkpoints.run(true)
     }
 
     fn check_schema(&self) -> Result<(), StoreError> {
@@ -158,26 +199,55 @@ impl SledStore {
         }
     }
 
-    /// How many flushes reached the disk; with `durable` calls this shows the group commit.
+    /// How many journal syncs reached the disk; with `durable` calls this shows the group
+    /// commit.
     pub fn flush_count(&self) -> u64 {
-        self.flushes.load(Ordering::Relaxed)
+        self.journal.sync_count()
     }
 
-    fn manifest_due(&self) -> bool {
-        self.manifest_written
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .elapsed()
-            >= MANIFEST_EVERY
-    }
-
-    fn wrote(&self) {
-        self.writes.fetch_add(1, Ordering::SeqCst);
+    /// Starts a checkpoint in the background when the journal asks for one (its epoch is long,
+    /// or the last checkpoint is old), unless one is running.
+    fn checkpoint_if_due(&self) {
+        let c = &self.checkpoints;
+        if c.running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // A switch needs the checkpoint of the previous one done (see `journal`).
+        let owed = c.owed.load(Ordering::SeqCst);
+        let switched = !owed && self.journal.switch_if_long();
+        if switched {
+            c.owed.store(true, Ordering::SeqCst);
+        }
+        if owed || switched || c.stale() {
+            c.run_in_background();
+        } else {
+            c.running.store(false, Ordering::SeqCst);
+        }
     }
 }
 
 fn io(e: sled::Error) -> StoreError {
     StoreError::Io(e.to_string())
+}
+
+fn unknown_tree(tree: u8) -> StoreError {
+    StoreError::Corrupt {
+        kind: "journal",
+        key: tree.to_string(),
+        detail: "an entry names a tree this build does not have".into(),
+    }
+}
+
+fn corrupt(key: &str, len: usize) -> StoreError {
+    StoreError::Corrupt {
+        kind: "meta",
+        key: key.into(),
+        detail: format!("{len} bytes instead of 8"),
+    }
+}
+
+fn be_u64(v: &[u8]) -> Option<u64> {
+    <[u8; 8]>::try_from(v).ok().map(u64::from_be_bytes)
 }
 
 fn key(id: u64) -> [u8; 8] {
@@ -191,9 +261,7 @@ fn all<T: serde::de::DeserializeOwned>(
     tree.iter()
         .map(|item| {
             let (k, v) = item.map_err(io)?;
-            let id = <[u8; 8]>::try_from(k.as_ref())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
+            let id = be_u64(&k).unwrap_or(0);
             decode(kind, &id.to_string(), &v)
         })
         .collect()
@@ -201,13 +269,11 @@ fn all<T: serde::de::DeserializeOwned>(
 
 impl Store for SledStore {
     fn put_job(&self, job: &JobRecord) -> Result<(), StoreError> {
-        self.jobs.insert(key(job.id.0), encode(job)?).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.put(JOBS, &key(job.id.0), &encode(job)?)
     }
 
     fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
-        self.jobs
+        self.tree(JOBS)
             .get(key(id.0))
             .map_err(io)?
             .map(|v| decode("job", &id.to_string(), &v))
@@ -215,41 +281,33 @@ impl Store for SledStore {
     }
 
     fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        all(&self.jobs, "job")
+        all(self.tree(JOBS), "job")
     }
 
     fn remove_job(&self, id: JobId) -> Result<(), StoreError> {
-        self.jobs.remove(key(id.0)).map_err(io)?;
-        self.payloads.remove(key(id.0)).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.remove(JOBS, &key(id.0))?;
+        self.remove(PAYLOADS, &key(id.0))
     }
 
     fn put_payload(&self, id: JobId, payload: &[u8]) -> Result<(), StoreError> {
         // The payload is GitLab's bytes: stored raw, never re-encoded, so hand-out is byte for byte.
-        self.payloads.insert(key(id.0), payload).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.put(PAYLOADS, &key(id.0), payload)
     }
 
     fn payload(&self, id: JobId) -> Result<Option<bytes::Bytes>, StoreError> {
         Ok(self
-            .payloads
+            .tree(PAYLOADS)
             .get(key(id.0))
             .map_err(io)?
             .map(|v| bytes::Bytes::copy_from_slice(&v)))
     }
 
     fn put_machine(&self, machine: &MachineRecord) -> Result<(), StoreError> {
-        self.machines
-            .insert(machine.id.as_bytes(), encode(machine)?)
-            .map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.put(MACHINES, machine.id.as_bytes(), &encode(machine)?)
     }
 
     fn machines(&self) -> Result<Vec<MachineRecord>, StoreError> {
-        self.machines
+        self.tree(MACHINES)
             .iter()
             .map(|item| {
                 let (k, v) = item.map_err(io)?;
@@ -259,86 +317,53 @@ impl Store for SledStore {
     }
 
     fn remove_machine(&self, id: &str) -> Result<(), StoreError> {
-        self.machines.remove(id.as_bytes()).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.remove(MACHINES, id.as_bytes())
     }
 
     fn put_sidecar(&self, sidecar: &SidecarRecord) -> Result<(), StoreError> {
-        self.sidecars
-            .insert(key(sidecar.id.0), encode(sidecar)?)
-            .map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.put(SIDECARS, &key(sidecar.id.0), &encode(sidecar)?)
     }
 
     fn sidecars(&self) -> Result<Vec<SidecarRecord>, StoreError> {
-        all(&self.sidecars, "sidecar")
+        all(self.tree(SIDECARS), "sidecar")
     }
 
     fn remove_sidecar(&self, id: SidecarId) -> Result<(), StoreError> {
-        self.sidecars.remove(key(id.0)).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.remove(SIDECARS, &key(id.0))
     }
 
     fn put_meta(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.meta.insert(key, value).map_err(io)?;
-        self.wrote();
-        Ok(())
+        self.put(META, key.as_bytes(), value)
     }
 
     fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.meta.get(key).map_err(io)?.map(|v| v.to_vec()))
+        Ok(self.tree(META).get(key).map_err(io)?.map(|v| v.to_vec()))
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
-        // sled persists a high-water mark, so ids stay unique across restarts and crashes.
-        let id = self.db.generate_id().map_err(io)? + 1;
-        self.wrote();
-        Ok(id)
+        // Counted under the journal's lock and journalled like any write, so ids stay unique
+        // across restarts and power cuts once `durable` returned.
+        let meta = self.tree(META);
+        self.journal.record(|| {
+            let id = self.last_id.load(Ordering::SeqCst) + 1;
+            let value = id.to_be_bytes();
+            meta.insert(LAST_ID_KEY, &value).map_err(io)?;
+            self.last_id.store(id, Ordering::SeqCst);
+            Ok((
+                id,
+                Entry::Put {
+                    tree: META,
+                    key: LAST_ID_KEY.as_bytes().to_vec(),
+                    value: value.to_vec(),
+                },
+            ))
+        })
     }
 
     fn durable(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            let target = self.writes.load(Ordering::SeqCst);
-            if self.flushed.load(Ordering::SeqCst) >= target {
-                return Ok(());
-            }
-            let _turn = self.flush_lock.lock().await;
-            // While we waited for our turn, another caller's flush may have covered our writes.
-            if self.flushed.load(Ordering::SeqCst) >= target {
-                return Ok(());
-            }
-            let covered = self.writes.load(Ordering::SeqCst);
-            // The commit number rides in the same flush; the manifest learns it afterwards.
-            let commit = self.commit.load(Ordering::SeqCst) + 1;
-            self.meta
-                .insert(COMMIT_KEY, &commit.to_be_bytes())
-                .map_err(io)?;
-            let db = self.db.clone();
-            let manifest = self.manifest_due().then(|| {
-                (
-                    Manifest::new(SCHEMA_VERSION, self.store_id.clone(), commit),
-                    self.path.clone(),
-                )
-            });
-            let wrote_manifest = manifest.is_some();
-            tokio::task::spawn_blocking(move || {
-                db.flush().map_err(io)?;
-                match manifest {
-                    Some((manifest, dir)) => manifest.write(&dir),
-                    None => Ok(()),
-                }
-            })
-            .await
-            .map_err(|e| StoreError::Io(format!("flush task failed: {e}")))??;
-            self.commit.store(commit, Ordering::SeqCst);
-            self.flushed.fetch_max(covered, Ordering::SeqCst);
-            self.flushes.fetch_add(1, Ordering::Relaxed);
-            if wrote_manifest {
-                self.manifest_written_now();
-            }
+            self.journal.durable().await?;
+            self.checkpoint_if_due();
             Ok(())
         })
     }

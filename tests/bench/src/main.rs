@@ -11,6 +11,7 @@
 #![allow(clippy::print_stdout)]
 
 mod client;
+mod cores;
 mod figures;
 mod report;
 mod stack;
@@ -94,23 +95,52 @@ async fn run(args: Args) -> Result<bool> {
         rows.extend(new);
         Ok(())
     };
-    if wants("pickup") {
-        let r = figures::pickup::run(&dir.join("pickup"), if q { 50 } else { 400 }).await;
-        step("pickup", r)?;
+    let separate = cores::split(cores::available());
+    match &separate {
+        Some(s) => println!(
+            "Relay figures are taken twice: on shared cores, then with GitLab on CPUs {}, the \
+             autoscaler on {} and the clients on {} (rows marked \"own cores\").\n",
+            s.gitlab, s.autoscaler, s.clients
+        ),
+        None => println!("Fewer than 8 cores: every process shares them.\n"),
     }
-    if wants("throughput") {
-        let r = figures::throughput::run(&dir.join("throughput"), if q { 2 } else { 10 }).await;
-        step("throughput", r)?;
+    for sets in std::iter::once(None).chain(separate.iter().map(Some)) {
+        cores::pin(sets)?;
+        let own = |mut rows: Vec<Row>| {
+            if sets.is_some() {
+                for r in &mut rows {
+                    r.measure = format!("{} (own cores)", r.measure);
+                }
+            }
+            rows
+        };
+        let name = |figure: &str| {
+            if sets.is_some() {
+                format!("{figure}-own")
+            } else {
+                figure.to_string()
+            }
+        };
+        if wants("pickup") {
+            let r = figures::pickup::run(&dir.join(name("pickup")), if q { 50 } else { 400 }).await;
+            step(&name("pickup"), r.map(own))?;
+        }
+        if wants("throughput") {
+            let r = figures::throughput::run(&dir.join(name("throughput")), if q { 2 } else { 10 })
+                .await;
+            step(&name("throughput"), r.map(own))?;
+        }
+        if wants("trace") {
+            let r = figures::trace::run(&dir.join(name("trace")), if q { 1 } else { 5 }).await;
+            step(&name("trace"), r.map(own))?;
+        }
+        if wants("artifacts") {
+            let size = if q { 64 << 20 } else { 1 << 30 };
+            let r = figures::artifacts::run(&dir.join(name("artifacts")), size).await;
+            step(&name("artifacts"), r.map(own))?;
+        }
     }
-    if wants("trace") {
-        let r = figures::trace::run(&dir.join("trace"), if q { 1 } else { 5 }).await;
-        step("trace", r)?;
-    }
-    if wants("artifacts") {
-        let size = if q { 64 << 20 } else { 1 << 30 };
-        let r = figures::artifacts::run(&dir.join("artifacts"), size).await;
-        step("artifacts", r)?;
-    }
+    cores::pin(None)?;
     if wants("footprint") {
         let (m, j) = if q { (1_000, 2_000) } else { (10_000, 20_000) };
         let r = figures::footprint::run(&dir.join("footprint"), m, j).await;

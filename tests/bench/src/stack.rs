@@ -22,7 +22,7 @@ impl Gitlab {
     /// `fake-gitlab` with `args`, logging warnings only to `dir/fake-gitlab.log`.
     pub async fn start(dir: &Path, args: &[&str]) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let mut command = Command::new(binary("fake-gitlab")?);
+        let mut command = pinned(binary("fake-gitlab")?, crate::cores::for_gitlab());
         command.args(["--listen", "127.0.0.1:0"]).args(args).env(
             "RUST_LOG",
             std::env::var("BENCH_GITLAB_LOG").unwrap_or_else(|_| "warn".into()),
@@ -57,7 +57,7 @@ impl Autoscaler {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("autoscaler.toml");
         std::fs::write(&path, config)?;
-        let mut command = Command::new(binary("autoscaler")?);
+        let mut command = pinned(binary("autoscaler")?, crate::cores::for_autoscaler());
         command
             .arg("run")
             .arg("--config")
@@ -77,6 +77,18 @@ impl Autoscaler {
 
     pub fn pid(&self) -> Result<u32> {
         self.proc.pid().context("the autoscaler has exited")
+    }
+}
+
+/// `program`, under `taskset -c cpus` when the processes have cores of their own.
+fn pinned(program: std::path::PathBuf, cpus: Option<String>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut command = Command::new("taskset");
+            command.args(["-c", &cpus]).arg(program);
+            command
+        }
+        None => Command::new(program),
     }
 }
 

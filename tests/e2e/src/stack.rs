@@ -132,15 +132,19 @@ pub struct Autoscaler {
     config_path: PathBuf,
     /// Environment variables of the process (kept for restarts).
     env: Vec<(String, String)>,
+    /// A command the autoscaler runs under (e.g. `strace` and its options), kept for restarts.
+    wrap: Vec<String>,
 }
 
-/// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines), and extra
-/// environment variables of its process.
+/// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines), extra
+/// environment variables of its process, and a command to run it under (`wrap`: program and
+/// options, the autoscaler's command line follows).
 #[derive(Debug, Clone, Default)]
 pub struct Extra<'a> {
     pub server: &'a str,
     pub upstream: &'a str,
     pub env: &'a [(&'a str, &'a str)],
+    pub wrap: &'a [&'a str],
 }
 
 impl Autoscaler {
@@ -170,8 +174,8 @@ impl Autoscaler {
     ) -> Result<Self> {
         let extra = Extra {
             server: server_extra,
-            upstream: "",
             env,
+            ..Extra::default()
         };
         Self::start_with(dir, gitlab_url, pools, &extra).await
     }
@@ -195,7 +199,8 @@ impl Autoscaler {
             &config_path,
             config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
         )?;
-        let (proc, url, admin_url) = spawn_autoscaler(&config_path, &env).await?;
+        let wrap: Vec<String> = extra.wrap.iter().map(|s| (*s).to_string()).collect();
+        let (proc, url, admin_url) = spawn_autoscaler(&config_path, &env, &wrap).await?;
         // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
         let listen = url
             .trim_start_matches("https://")
@@ -212,6 +217,7 @@ impl Autoscaler {
             dir: dir.to_path_buf(),
             config_path,
             env,
+            wrap,
         })
     }
 
@@ -220,7 +226,7 @@ impl Autoscaler {
         if self.proc.try_status().is_none() {
             bail!("the autoscaler is still running");
         }
-        let (proc, url, _) = spawn_autoscaler(&self.config_path, &self.env).await?;
+        let (proc, url, _) = spawn_autoscaler(&self.config_path, &self.env, &self.wrap).await?;
         if url != self.url {
             bail!("restarted on {url}, expected {}", self.url);
         }
@@ -311,8 +317,16 @@ impl Autoscaler {
 async fn spawn_autoscaler(
     config_path: &Path,
     env: &[(String, String)],
+    wrap: &[String],
 ) -> Result<(Proc, String, String)> {
-    let mut command = Command::new(binary("autoscaler")?);
+    let mut command = match wrap.split_first() {
+        Some((program, options)) => {
+            let mut c = Command::new(program);
+            c.args(options).arg(binary("autoscaler")?);
+            c
+        }
+        None => Command::new(binary("autoscaler")?),
+    };
     command.arg("run").arg("--config").arg(config_path);
     command.envs(env.iter().map(|(k, v)| (k, v)));
     if std::env::var_os("RUST_LOG").is_none() {

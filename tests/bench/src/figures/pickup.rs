@@ -40,7 +40,7 @@ pub async fn run(dir: &Path, samples: usize) -> Result<Vec<Row>> {
     let mut through = measure(&gitlab, &http, &autoscaler.url, upstream, &tokens, samples).await?;
 
     let mut rows = Vec::new();
-    for (p, limit) in [(50.0, 1.0), (99.0, 5.0)] {
+    for (p, limit) in [(50.0, 0.5), (99.0, 2.0)] {
         let d = ms(percentile(&mut direct, p));
         let t = ms(percentile(&mut through, p));
         rows.push(Row {

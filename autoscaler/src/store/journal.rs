@@ -1,0 +1,379 @@
+//! The store's write-ahead journal: what makes a write durable.
+//!
+//! sled 0.34 flushes with `sync_file_range`, which leaves the data in the disk's write cache,
+//! and its flush crosses two threads of its own. So every store write is also appended, in
+//! order, to a journal of ours, and `durable()` is one `pwrite` and one `fdatasync` of the
+//! journal, done by the first caller for everyone waiting (group commit). sled is flushed, and
+//! its files `fdatasync`ed, in the background at checkpoints; after that the journal's older
+//! half is no longer needed.
+//!
+//! Two files alternate, `journal-0` and `journal-1`. Epoch `e` lives in file `e % 2`; it starts
+//! with a `begin` entry and holds every write from the moment the previous epoch ended. A
+//! switch to the next epoch happens only once the previous checkpoint covered the epoch before,
+//! so at most two epochs exist and replaying both, older first, ends in the right state: every
+//! entry is a whole put or remove, so replaying an entry sled already has changes nothing.
+//!
+//! An entry is `len: u32, epoch: u64, crc32: u32, body` (little endian); the checksum covers the
+//! epoch and the body. Replay of a file stops at the first entry that is torn, foreign to the
+//! file's epoch or absent (files are reused, so stale entries of older epochs follow).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::StoreError;
+
+const HEADER: usize = 16;
+/// Files grow in steps of zeros written ahead, so that a sync rarely has to record a new size.
+const GROW_STEP: u64 = 256 * 1024;
+/// An epoch this long asks for a checkpoint.
+pub(super) const CHECKPOINT_BYTES: u64 = 1024 * 1024;
+
+/// One store write, as journalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Entry {
+    Begin,
+    Put {
+        tree: u8,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Remove {
+        tree: u8,
+        key: Vec<u8>,
+    },
+}
+
+const BEGIN: u8 = 0;
+const PUT: u8 = 1;
+const REMOVE: u8 = 2;
+
+#[derive(Debug)]
+pub(super) struct Journal {
+    dir: PathBuf,
+    files: [File; 2],
+    state: Mutex<State>,
+    /// Entries appended so far, and how many of them a finished sync covered.
+    appended: AtomicU64,
+    synced: tokio::sync::watch::Sender<u64>,
+    /// Held by the one caller writing and syncing the active file.
+    leading: AtomicBool,
+    syncs: AtomicU64,
+}
+
+#[derive(Debug)]
+struct State {
+    epoch: u64,
+    /// Encoded entries not yet written, and where in the active file they go.
+    pending: Vec<u8>,
+    offset: u64,
+    /// How far the active file has been filled with zeros ahead of the writes.
+    allocated: [u64; 2],
+}
+
+impl Journal {
+    /// Opens the journal in `dir` and returns the entries of the epochs it holds, oldest first,
+    /// to be replayed. New writes go to a new epoch.
+    pub(super) fn open(dir: &Path) -> Result<(Self, Vec<Entry>), StoreError> {
+        let mut found = Vec::new();
+        let mut files = Vec::new();
+        let mut allocated = [0; 2];
+        for (slot, size) in allocated.iter_mut().enumerate() {
+            let path = dir.join(format!("journal-{slot}"));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| io_at(&path, e))?;
+            let bytes = std::fs::read(&path).map_err(|e| io_at(&path, e))?;
+            *size = bytes.len() as u64;
+            if let Some(epoch) = read_epoch(&bytes) {
+                found.push((epoch.0, epoch.1));
+            }
+            files.push(file);
+        }
+        found.sort_by_key(|(epoch, _)| *epoch);
+        let epoch = found.last().map_or(1, |(e, _)| e + 1);
+        let entries = found.into_iter().flat_map(|(_, e)| e).collect();
+        let [a, b]: [File; 2] = files.try_into().expect("two journal files");
+        let journal = Self {
+            dir: dir.to_path_buf(),
+            files: [a, b],
+            state: Mutex::new(State {
+                epoch,
+                pending: encode(epoch, &Entry::Begin),
+                offset: 0,
+                allocated,
+            }),
+            appended: AtomicU64::new(1),
+            synced: tokio::sync::watch::Sender::new(0),
+            leading: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        };
+        Ok((journal, entries))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every critical section leaves the state whole before anything in it can panic.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Applies a write with `apply` and journals the entry it returns, both under one lock, so
+    /// that the journal's order is the order in which sled saw the writes.
+    pub(super) fn record<T>(
+        &self,
+        apply: impl FnOnce() -> Result<(T, Entry), StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut state = self.lock();
+        let (result, entry) = apply()?;
+        let epoch = state.epoch;
+        state.pending.extend_from_slice(&encode(epoch, &entry));
+        self.appended.fetch_add(1, Ordering::SeqCst);
+        Ok(result)
+    }
+
+    /// How many syncs reached the disk: with concurrent `durable` calls this shows sharing.
+    pub(super) fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once every entry appended before the call is on stable storage. The first
+    /// caller writes and syncs for all; the others wait for its result and return if covered.
+    pub(super) async fn durable(&self) -> Result<(), StoreError> {
+        let target = self.appended.load(Ordering::SeqCst);
+        let mut synced = self.synced.subscribe();
+        loop {
+            if *synced.borrow_and_update() >= target {
+                return Ok(());
+            }
+            if !self.leading.swap(true, Ordering::SeqCst) {
+                let result = blocking(|| self.sync_pending());
+                self.leading.store(false, Ordering::SeqCst);
+                // Waiters look again: covered, or one of them leads the next sync.
+                self.synced.send_modify(|_| {});
+                result?;
+                continue;
+            }
+            // The leader wakes us whether its sync worked or not.
+            let _ = synced.changed().await;
+        }
+    }
+
+    /// Writes the pending entries to the active file and `fdatasync`s it. Only the leader calls
+    /// this. On failure the entries stay pending, to be written by the next sync.
+    fn sync_pending(&self) -> Result<(), StoreError> {
+        let (bytes, offset, slot, covered, allocated) = {
+            let mut state = self.lock();
+            let covered = self.appended.load(Ordering::SeqCst);
+            let bytes = std::mem::take(&mut state.pending);
+            let slot = (state.epoch % 2) as usize;
+            let offset = state.offset;
+            state.offset += bytes.len() as u64;
+            (bytes, offset, slot, covered, state.allocated[slot])
+        };
+        let file = &self.files[slot];
+        let end = offset + bytes.len() as u64;
+        let written = grow(file, allocated, end)
+            .and_then(|grown| {
+                file.write_all_at(&bytes, offset)?;
+                file.sync_data()?;
+                Ok(grown)
+            })
+            .map_err(|e| io_at(&self.path(slot), e));
+        let mut state = self.lock();
+        match written {
+            Ok(grown) => {
+                state.allocated[slot] = state.allocated[slot].max(grown);
+                drop(state);
+                self.syncs.fetch_add(1, Ordering::Relaxed);
+                self.synced.send_modify(|s| *s = (*s).max(covered));
+                Ok(())
+            }
+            Err(e) => {
+                // Put the entries back in front of what was appended meanwhile.
+                let mut pending = bytes;
+                pending.extend_from_slice(&state.pending);
+                state.pending = pending;
+                state.offset = offset;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes and syncs what is pending, outside async code (start-up).
+    pub(super) fn sync_now(&self) -> Result<(), StoreError> {
+        while self.leading.swap(true, Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let result = self.sync_pending();
+        self.leading.store(false, Ordering::SeqCst);
+        self.synced.send_modify(|_| {});
+        result
+    }
+
+    /// Starts a new epoch if the active one is long enough. The caller guarantees that the
+    /// epoch before the active one is covered by a checkpoint, and checkpoints after this
+    /// returns `true`: every write journalled before the switch is then in sled's flush.
+    /// Skipped while a sync is writing the active file.
+    pub(super) fn switch_if_long(&self) -> bool {
+        if self.leading.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        let switched = self.switch_if_long_leading();
+        self.leading.store(false, Ordering::SeqCst);
+        // A caller that found the lead taken waits for a wake-up: it may lead now.
+        self.synced.send_modify(|_| {});
+        switched
+    }
+
+    fn switch_if_long_leading(&self) -> bool {
+        let mut state = self.lock();
+        if state.offset + (state.pending.len() as u64) < CHECKPOINT_BYTES {
+            return false;
+        }
+        let epoch = state.epoch + 1;
+        // Entries not yet written move to the new epoch: they were never acknowledged.
+        let carried = std::mem::take(&mut state.pending);
+        let mut pending = encode(epoch, &Entry::Begin);
+        for entry in Entries::new(&carried, state.epoch) {
+            pending.extend_from_slice(&encode(epoch, &entry));
+        }
+        self.appended.fetch_add(1, Ordering::SeqCst);
+        state.epoch = epoch;
+        state.pending = pending;
+        state.offset = 0;
+        true
+    }
+
+    fn path(&self, slot: usize) -> PathBuf {
+        self.dir.join(format!("journal-{slot}"))
+    }
+}
+
+/// Runs a blocking file operation from async code: in place on a multi-threaded runtime (no
+/// hand-off to another thread; the runtime moves its other tasks away meanwhile), directly
+/// elsewhere (single-threaded tests, start-up).
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// Fills `file` with zeros from `allocated` to past `end`, in steps, and returns the new end.
+fn grow(file: &File, allocated: u64, end: u64) -> std::io::Result<u64> {
+    if end <= allocated {
+        return Ok(allocated);
+    }
+    let target = end.div_ceil(GROW_STEP) * GROW_STEP;
+    let zeros = vec![0u8; (target - allocated) as usize];
+    file.write_all_at(&zeros, allocated)?;
+    Ok(target)
+}
+
+fn io_at(path: &Path, e: std::io::Error) -> StoreError {
+    StoreError::Io(format!("{}: {e}", path.display()))
+}
+
+fn encode(epoch: u64, entry: &Entry) -> Vec<u8> {
+    let mut body = Vec::new();
+    match entry {
+        Entry::Begin => body.push(BEGIN),
+        Entry::Put { tree, key, value } => {
+            body.extend_from_slice(&[PUT, *tree]);
+            body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            body.extend_from_slice(key);
+            body.extend_from_slice(value);
+        }
+        Entry::Remove { tree, key } => {
+            body.extend_from_slice(&[REMOVE, *tree]);
+            body.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            body.extend_from_slice(key);
+        }
+    }
+    let mut out = Vec::with_capacity(HEADER + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&epoch.to_le_bytes());
+    out.extend_from_slice(&checksum(epoch, &body).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+fn checksum(epoch: u64, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&epoch.to_le_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// The epoch a file holds and its entries (without the `begin`), or `None` for a file that
+/// does not start with a whole `begin` entry.
+fn read_epoch(bytes: &[u8]) -> Option<(u64, Vec<Entry>)> {
+    let epoch = u64::from_le_bytes(bytes.get(4..12)?.try_into().ok()?);
+    let mut entries = Entries::new(bytes, epoch);
+    if entries.next()? != Entry::Begin {
+        return None;
+    }
+    Some((epoch, entries.collect()))
+}
+
+/// The whole entries of `epoch` at the start of `bytes`.
+struct Entries<'a> {
+    bytes: &'a [u8],
+    epoch: u64,
+}
+
+impl<'a> Entries<'a> {
+    fn new(bytes: &'a [u8], epoch: u64) -> Self {
+        Self { bytes, epoch }
+    }
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        let len = u32::from_le_bytes(self.bytes.get(0..4)?.try_into().ok()?) as usize;
+        let epoch = u64::from_le_bytes(self.bytes.get(4..12)?.try_into().ok()?);
+        let crc = u32::from_le_bytes(self.bytes.get(12..16)?.try_into().ok()?);
+        let body = self.bytes.get(HEADER..HEADER + len)?;
+        if epoch != self.epoch || len == 0 || checksum(epoch, body) != crc {
+            return None;
+        }
+        self.bytes = &self.bytes[HEADER + len..];
+        decode(body)
+    }
+}
+
+fn decode(body: &[u8]) -> Option<Entry> {
+    match *body.first()? {
+        BEGIN => Some(Entry::Begin),
+        op @ (PUT | REMOVE) => {
+            let tree = *body.get(1)?;
+            let len = u32::from_le_bytes(body.get(2..6)?.try_into().ok()?) as usize;
+            let key = body.get(6..6 + len)?.to_vec();
+            let rest = body.get(6 + len..)?;
+            Some(if op == PUT {
+                Entry::Put {
+                    tree,
+                    key,
+                    value: rest.to_vec(),
+                }
+            } else {
+                Entry::Remove { tree, key }
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
