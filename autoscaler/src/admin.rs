@@ -6,6 +6,7 @@
 //! - `GET /machines[?pool=NAME][&after=VERSION&timeout_ms=N]` — every machine with its state,
 //!   reason and timeline; `X-Version` grows with every change, and `after` holds the answer
 //!   until the machines changed past that version.
+//! - `GET /metrics` — Prometheus metrics (README, "Metrics").
 //! - `GET /healthz` — `200 ok` while the service runs, `503 draining` once shutdown began.
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,8 +18,10 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::core::breaker::BreakerState;
+use crate::decisions::Decisions;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
+use crate::metrics::Metrics;
 use crate::pools::Pool;
 use crate::store::MachineRecord;
 
@@ -29,6 +32,8 @@ pub struct Admin {
     pub jobs: Arc<Jobs>,
     /// Cancelled when a graceful shutdown begins.
     pub draining: tokio_util::sync::CancellationToken,
+    pub metrics: Arc<Metrics>,
+    pub decisions: Arc<Decisions>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -69,6 +74,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/healthz", get(healthz))
         .route("/pools", get(pools))
         .route("/machines", get(machines))
+        .route("/metrics", get(metrics))
         .with_state(admin)
 }
 
@@ -80,6 +86,17 @@ async fn healthz(State(admin): State<Arc<Admin>>) -> (axum::http::StatusCode, &'
     } else {
         (axum::http::StatusCode::OK, "ok")
     }
+}
+
+/// Prometheus scrapes this (OpenMetrics text; README, "Metrics", lists every family).
+async fn metrics(State(admin): State<Arc<Admin>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        admin.metrics.encode(),
+    )
 }
 
 async fn pools(State(admin): State<Arc<Admin>>) -> Json<Vec<PoolStatus>> {

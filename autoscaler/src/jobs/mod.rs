@@ -66,6 +66,7 @@ pub struct Jobs {
     changed: tokio::sync::watch::Sender<u64>,
     /// A job could not be stored; no more are taken until a write works again.
     store_failing: std::sync::atomic::AtomicBool,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Jobs {
@@ -90,7 +91,15 @@ impl Jobs {
             held: Mutex::new(held),
             changed: tokio::sync::watch::Sender::new(0),
             store_failing: std::sync::atomic::AtomicBool::new(false),
+            metrics: None,
         })
+    }
+
+    /// Records each job's wait for a sidecar in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Woken whenever a job is added, changes phase or is collected.
@@ -227,6 +236,10 @@ impl Jobs {
             let mut record = job.record.clone();
             record.phase = after.clone();
             self.store.put_job(&record)?;
+            let started = matches!(after, JobPhase::Running { .. });
+            if let (true, Some(metrics)) = (started, &self.metrics) {
+                metrics.job_waited(&record.pool, now.saturating_sub(record.accepted_at));
+            }
             job.record = record;
             drop(held);
             self.bump();
@@ -373,7 +386,10 @@ impl Jobs {
 }
 
 mod access;
+mod load;
 mod owed;
+
+pub use load::SidecarLoad;
 
 #[cfg(test)]
 mod tests;

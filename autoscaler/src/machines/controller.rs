@@ -51,6 +51,8 @@ pub struct PoolController {
     tearing_down: Mutex<HashSet<String>>,
     /// Silent machines being probed over SSH.
     pub(super) probing: Mutex<HashSet<String>>,
+    /// Where each executed plan is reported (metrics, the admin API's decisions).
+    decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
 }
 
 /// How the controller is set up.
@@ -91,7 +93,13 @@ impl PoolController {
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
+            decisions: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Reports every executed plan to `decisions`. Set once.
+    pub fn report_decisions_to(&self, decisions: Arc<crate::decisions::Decisions>) {
+        let _ = self.decisions.set(decisions);
     }
 
     pub(super) fn pool(&self) -> &str {
@@ -248,17 +256,22 @@ impl PoolController {
                 self.clone().start_teardown(&m);
             }
         }
+        let mut created = 0;
         if plan.create > 0 {
             tracing::info!(pool = %self.pool(), create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
             match self.machines.create(plan.create).await {
                 Ok(n) if n < plan.create => {
+                    created = n;
                     tracing::debug!(pool = %self.pool(), asked = plan.create, created = n, "creation throttled or paused");
                 }
-                Ok(_) => {}
+                Ok(n) => created = n,
                 Err(e) => {
                     tracing::error!(pool = %self.pool(), error = %e, "cannot create machines")
                 }
             }
+        }
+        if let Some(decisions) = self.decisions.get() {
+            decisions.record(self.pool(), &plan, created, now);
         }
     }
 

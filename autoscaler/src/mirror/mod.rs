@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::delivery::Delivery;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
+use crate::metrics::{self, Metrics};
 use crate::pools::Pool;
 use crate::secret::TokenDigest;
 use crate::sidecars::Sidecars;
@@ -44,6 +45,7 @@ pub struct App {
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
     registration: HashMap<TokenDigest, String>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +100,15 @@ impl App {
             limits,
             machines: HashMap::new(),
             registration,
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Records the mirrored API's requests in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Adds the machine service of a pool (pools with a provisioner).
@@ -152,6 +162,7 @@ fn trim_trailing_slash<B>(mut request: Request<B>) -> Request<B> {
 }
 
 fn routes(app: Arc<App>) -> Router {
+    let timing = axum::middleware::from_fn_with_state(app.metrics.clone(), metrics::record_request);
     Router::new()
         .route(
             "/api/v4/runners",
@@ -177,6 +188,7 @@ fn routes(app: Arc<App>) -> Router {
             "/api/v4/jobs/{id}/artifacts",
             post(relay::upload_artifacts).get(relay::download_artifacts),
         )
+        .route_layer(timing)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
 }

@@ -36,6 +36,8 @@ pub struct SledStore {
     /// The last commit number flushed to disk.
     commit: AtomicU64,
     manifest_written: std::sync::Mutex<std::time::Instant>,
+    /// Where each flush's duration is recorded (`autoscaler_store_flush_seconds`).
+    flush_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl SledStore {
@@ -69,6 +71,7 @@ impl SledStore {
             store_id: String::new(),
             commit: AtomicU64::new(0),
             manifest_written: std::sync::Mutex::new(std::time::Instant::now()),
+            flush_seconds: None,
         };
         let found = store.found()?;
         store.commit.store(found.commit, Ordering::SeqCst);
@@ -156,6 +159,16 @@ impl SledStore {
                 Ok(())
             }
         }
+    }
+
+    /// Records each flush's duration in `histogram`.
+    #[must_use]
+    pub fn with_flush_histogram(
+        mut self,
+        histogram: prometheus_client::metrics::histogram::Histogram,
+    ) -> Self {
+        self.flush_seconds = Some(histogram);
+        self
     }
 
     /// How many flushes reached the disk; with `durable` calls this shows the group commit.
@@ -324,6 +337,7 @@ impl Store for SledStore {
                 )
             });
             let wrote_manifest = manifest.is_some();
+            let started = std::time::Instant::now();
             tokio::task::spawn_blocking(move || {
                 db.flush().map_err(io)?;
                 match manifest {
@@ -336,6 +350,9 @@ impl Store for SledStore {
             self.commit.store(commit, Ordering::SeqCst);
             self.flushed.fetch_max(covered, Ordering::SeqCst);
             self.flushes.fetch_add(1, Ordering::Relaxed);
+            if let Some(h) = &self.flush_seconds {
+                h.observe(started.elapsed().as_secs_f64());
+            }
             if wrote_manifest {
                 self.manifest_written_now();
             }

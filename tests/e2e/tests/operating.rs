@@ -1,0 +1,149 @@
+//! What an operator sees while a stack runs: the Prometheus metrics on the admin listener.
+
+use anyhow::{Result, ensure};
+use autoscaler::core::machine::MachineState;
+use e2e::counting::{WITHIN, rig};
+use e2e::scrape::{Scrape, wait_for};
+use fake_gitlab::control::JobStatus;
+
+const POOL: (&str, &str) = ("pool", "local");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> Result<()> {
+    let r = rig(&[], "max_machines = 2\nidle_time = \"2s\"", "", &[]).await?;
+    let admin = r.autoscaler.admin_url.clone();
+
+    let before = Scrape::get(&admin).await?;
+    ensure!(
+        before.has("autoscaler_machines")
+            && before.sum("autoscaler_machines", &[POOL]) == 0.0
+            && before.sum("autoscaler_jobs", &[POOL]) == 0.0,
+        "an empty pool at start:\n{}",
+        before.text
+    );
+
+    let jobs = [
+        r.enqueue(r.job(&["echo one"])).await?,
+        r.enqueue(r.job(&["echo two"])).await?,
+    ];
+    for id in jobs {
+        let view = r.gitlab.control.wait_final(id, WITHIN).await?;
+        ensure!(view.status == JobStatus::Success, "{view:?}");
+    }
+
+    // The jobs ran on machines the pool made for them.
+    let running = wait_for(&admin, WITHIN, "the jobs are counted as finished", |s| {
+        s.sum("autoscaler_jobs", &[POOL, ("phase", "finished")]) == 2.0
+    })
+    .await?;
+    let at_least = |s: &Scrape, name: &str, labels: &[(&str, &str)], n: f64| {
+        let v = s.sum(name, labels);
+        ensure!(
+            v >= n,
+            "{name} {labels:?} is {v}, expected at least {n}:\n{}",
+            s.text
+        );
+        Ok(())
+    };
+    at_least(&running, "autoscaler_job_wait_seconds_count", &[POOL], 2.0)?;
+    at_least(
+        &running,
+        "autoscaler_scale_actions_total",
+        &[POOL, ("action", "create"), ("reason", "waiting_jobs")],
+        1.0,
+    )?;
+    at_least(
+        &running,
+        "autoscaler_provisioner_call_seconds_count",
+        &[POOL, ("verb", "create"), ("exit", "ok")],
+        1.0,
+    )?;
+    at_least(
+        &running,
+        "autoscaler_provisioner_call_seconds_count",
+        &[POOL, ("verb", "list"), ("exit", "ok")],
+        1.0,
+    )?;
+    at_least(
+        &running,
+        "autoscaler_upstream_request_seconds_count",
+        &[
+            ("origin", "autoscaler"),
+            ("endpoint", "job_request"),
+            ("outcome", "201"),
+        ],
+        2.0,
+    )?;
+    at_least(
+        &running,
+        "autoscaler_upstream_request_seconds_count",
+        &[
+            ("origin", "relay"),
+            ("endpoint", "job_update"),
+            ("outcome", "200"),
+        ],
+        2.0,
+    )?;
+    at_least(
+        &running,
+        "autoscaler_mirror_request_seconds_count",
+        &[("endpoint", "PATCH /api/v4/jobs/{id}/trace")],
+        2.0,
+    )?;
+    at_least(&running, "autoscaler_store_flush_seconds_count", &[], 1.0)?;
+    let machines_made = running.sum(
+        "autoscaler_scale_actions_total",
+        &[POOL, ("action", "create")],
+    );
+    let scraped = wait_for(&admin, WITHIN, "every new machine became ready", |s| {
+        s.sum("autoscaler_machine_readiness_seconds_count", &[POOL]) >= machines_made
+    })
+    .await?;
+    at_least(
+        &scraped,
+        "autoscaler_machine_creation_seconds_count",
+        &[POOL],
+        machines_made,
+    )?;
+
+    // Idle past idle_time, the machines go, and the metrics say why.
+    r.autoscaler
+        .wait_machines(WITHIN, "every machine gone", |list| {
+            !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
+        })
+        .await?;
+    let after = wait_for(&admin, WITHIN, "the machines' deletion is counted", |s| {
+        s.sum("autoscaler_machine_lifetime_seconds_count", &[POOL]) >= machines_made
+    })
+    .await?;
+    at_least(
+        &after,
+        "autoscaler_scale_actions_total",
+        &[POOL, ("action", "destroy"), ("reason", "idle_timeout")],
+        machines_made,
+    )?;
+    at_least(
+        &after,
+        "autoscaler_machine_deletion_seconds_count",
+        &[POOL],
+        machines_made,
+    )?;
+    at_least(
+        &after,
+        "autoscaler_provisioner_call_seconds_count",
+        &[POOL, ("verb", "destroy"), ("exit", "ok")],
+        machines_made,
+    )?;
+    ensure!(
+        after.sum("autoscaler_machines", &[POOL]) == 0.0
+            && after.sum("autoscaler_job_slots", &[POOL]) == 0.0,
+        "no machine and no slot left:\n{}",
+        after.text
+    );
+    ensure!(
+        r.created()? as f64 == machines_made,
+        "the provisioner made {} machines, the metrics say {machines_made}",
+        r.created()?
+    );
+    Ok(())
+}
