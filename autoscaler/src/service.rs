@@ -255,6 +255,7 @@ pub async fn run_with(
             draining: shutdown.graceful.clone(),
             metrics: metrics.clone(),
             decisions: decisions.clone(),
+            token: config.admin.as_ref().and_then(|a| a.token.clone()),
         });
         let stop = stop_server.clone();
         tasks.spawn(async move {

@@ -1,4 +1,5 @@
-//! How many jobs each sidecar holds, split by whether they started (for the slot levels).
+//! Views of the held jobs for the metrics and the admin API: how many jobs each sidecar holds,
+//! split by whether they started, and every record.
 
 use std::collections::HashMap;
 
@@ -16,6 +17,13 @@ pub struct SidecarLoad {
 }
 
 impl Jobs {
+    /// Every job held (finished ones until they are collected), oldest first.
+    pub fn records(&self) -> Vec<crate::store::JobRecord> {
+        let mut list: Vec<_> = self.lock().values().map(|j| j.record.clone()).collect();
+        list.sort_by_key(|r| (r.accepted_at, r.id));
+        list
+    }
+
     pub fn load_by_sidecar(&self) -> HashMap<SidecarId, SidecarLoad> {
         let mut load: HashMap<SidecarId, SidecarLoad> = HashMap::new();
         for j in self.lock().values() {

@@ -59,9 +59,12 @@ pub async fn rig(
             .display(),
     );
     gitlab.add_runner(&pool.upstream_token).await?;
+    // The admin API asks for a token here, so every test on this rig goes through its check.
+    let admin_token = format!("admin-{:016x}", rand::random::<u64>());
     let extra = Extra {
         server: "long_poll_timeout = \"10s\"",
         upstream: "keepalive_interval = \"1s\"",
+        admin_token: Some(&admin_token),
         ..Extra::default()
     };
     let autoscaler = Autoscaler::start_with(

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+use crate::stack::Autoscaler;
+
 /// One scrape of `/metrics`.
 #[derive(Debug, Clone)]
 pub struct Scrape {
@@ -11,8 +13,10 @@ pub struct Scrape {
 }
 
 impl Scrape {
-    pub async fn get(admin_url: &str) -> Result<Self> {
-        let text = reqwest::get(format!("{admin_url}/metrics"))
+    pub async fn get(autoscaler: &Autoscaler) -> Result<Self> {
+        let text = autoscaler
+            .admin_get("/metrics")
+            .send()
             .await?
             .error_for_status()?
             .text()
@@ -53,14 +57,14 @@ impl Scrape {
 /// Scrapes until `done` holds (the machine histograms are read from the machines' timelines
 /// a moment after each change), failing with the last scrape after `within`.
 pub async fn wait_for(
-    admin_url: &str,
+    autoscaler: &Autoscaler,
     within: Duration,
     what: &str,
     done: impl Fn(&Scrape) -> bool,
 ) -> Result<Scrape> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let scrape = Scrape::get(admin_url).await?;
+        let scrape = Scrape::get(autoscaler).await?;
         if done(&scrape) {
             return Ok(scrape);
         }

@@ -128,6 +128,8 @@ pub struct Autoscaler {
     pub url: String,
     /// The admin API (machines, pools).
     pub admin_url: String,
+    /// The admin API's bearer token, when the configuration sets one.
+    pub admin_token: Option<String>,
     pub dir: PathBuf,
     config_path: PathBuf,
     /// Environment variables of the process (kept for restarts).
@@ -141,6 +143,8 @@ pub struct Extra<'a> {
     pub server: &'a str,
     pub upstream: &'a str,
     pub env: &'a [(&'a str, &'a str)],
+    /// A bearer token for the admin API (written to a file named by `[admin] token_file`).
+    pub admin_token: Option<&'a str>,
 }
 
 impl Autoscaler {
@@ -172,6 +176,7 @@ impl Autoscaler {
             server: server_extra,
             upstream: "",
             env,
+            admin_token: None,
         };
         Self::start_with(dir, gitlab_url, pools, &extra).await
     }
@@ -190,6 +195,9 @@ impl Autoscaler {
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect();
         std::fs::create_dir_all(dir)?;
+        if let Some(token) = extra.admin_token {
+            std::fs::write(dir.join("admin.token"), format!("{token}\n"))?;
+        }
         let config_path = dir.join("autoscaler.toml");
         std::fs::write(
             &config_path,
@@ -209,6 +217,7 @@ impl Autoscaler {
             proc,
             url,
             admin_url,
+            admin_token: extra.admin_token.map(str::to_string),
             dir: dir.to_path_buf(),
             config_path,
             env,
@@ -231,13 +240,8 @@ impl Autoscaler {
     /// Waits until the autoscaler reports that its graceful shutdown began (`/healthz` 503).
     pub async fn wait_draining(&self, within: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + within;
-        let client = reqwest::Client::new();
         loop {
-            let status = client
-                .get(format!("{}/healthz", self.admin_url))
-                .send()
-                .await?
-                .status();
+            let status = self.admin_get("/healthz").send().await?.status();
             if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
                 return Ok(());
             }
@@ -248,13 +252,28 @@ impl Autoscaler {
         }
     }
 
+    /// A request to the admin API, with its token when there is one.
+    pub fn admin_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = reqwest::Client::new().request(method, format!("{}{path}", self.admin_url));
+        match &self.admin_token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub fn admin_get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_request(reqwest::Method::GET, path)
+    }
+
     pub fn config_path(&self) -> &Path {
         &self.config_path
     }
 
     /// The machines the autoscaler knows (all pools), from its admin API.
     pub async fn machines(&self) -> Result<Vec<autoscaler::store::MachineRecord>> {
-        Ok(reqwest::get(format!("{}/machines", self.admin_url))
+        Ok(self
+            .admin_get("/machines")
+            .send()
             .await?
             .error_for_status()?
             .json()
@@ -272,11 +291,11 @@ impl Autoscaler {
         let deadline = tokio::time::Instant::now() + within;
         let mut after: Option<u64> = None;
         loop {
-            let url = match after {
-                None => format!("{}/machines", self.admin_url),
-                Some(v) => format!("{}/machines?after={v}&timeout_ms=5000", self.admin_url),
+            let path = match after {
+                None => "/machines".to_string(),
+                Some(v) => format!("/machines?after={v}&timeout_ms=5000"),
             };
-            let response = reqwest::get(url).await?.error_for_status()?;
+            let response = self.admin_get(&path).send().await?.error_for_status()?;
             let version = response
                 .headers()
                 .get("x-version")
@@ -300,7 +319,9 @@ impl Autoscaler {
 
     /// The pools' status, from the admin API.
     pub async fn pools(&self) -> Result<Vec<autoscaler::admin::PoolStatus>> {
-        Ok(reqwest::get(format!("{}/pools", self.admin_url))
+        Ok(self
+            .admin_get("/pools")
+            .send()
             .await?
             .error_for_status()?
             .json()
@@ -332,8 +353,13 @@ fn config_toml(
     extra: &Extra<'_>,
 ) -> String {
     let (server_extra, upstream_extra) = (extra.server, extra.upstream);
+    let admin_extra = if extra.admin_token.is_some() {
+        "token_file = \"admin.token\""
+    } else {
+        ""
+    };
     let mut toml = format!(
-        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n\n\
+        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n\n\
          [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n{upstream_extra}\n\n"
     );
     for p in pools {

@@ -11,9 +11,9 @@ const POOL: (&str, &str) = ("pool", "local");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> Result<()> {
     let r = rig(&[], "max_machines = 2\nidle_time = \"2s\"", "", &[]).await?;
-    let admin = r.autoscaler.admin_url.clone();
+    let admin = &r.autoscaler;
 
-    let before = Scrape::get(&admin).await?;
+    let before = Scrape::get(admin).await?;
     ensure!(
         before.has("autoscaler_machines")
             && before.sum("autoscaler_machines", &[POOL]) == 0.0
@@ -32,7 +32,7 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
     }
 
     // The jobs ran on machines the pool made for them.
-    let running = wait_for(&admin, WITHIN, "the jobs are counted as finished", |s| {
+    let running = wait_for(admin, WITHIN, "the jobs are counted as finished", |s| {
         s.sum("autoscaler_jobs", &[POOL, ("phase", "finished")]) == 2.0
     })
     .await?;
@@ -95,7 +95,7 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
         "autoscaler_scale_actions_total",
         &[POOL, ("action", "create")],
     );
-    let scraped = wait_for(&admin, WITHIN, "every new machine became ready", |s| {
+    let scraped = wait_for(admin, WITHIN, "every new machine became ready", |s| {
         s.sum("autoscaler_machine_readiness_seconds_count", &[POOL]) >= machines_made
     })
     .await?;
@@ -112,7 +112,7 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
             !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
         })
         .await?;
-    let after = wait_for(&admin, WITHIN, "the machines' deletion is counted", |s| {
+    let after = wait_for(admin, WITHIN, "the machines' deletion is counted", |s| {
         s.sum("autoscaler_machine_lifetime_seconds_count", &[POOL]) >= machines_made
     })
     .await?;

@@ -1,4 +1,9 @@
-//! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`.
+//! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`,
+//! `autoscaler provisioner check`, and the operator's commands that call a running
+//! autoscaler's admin API (`admin.rs`).
+
+mod admin;
+mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +57,8 @@ enum Command {
     /// Provisioner tools.
     #[command(subcommand)]
     Provisioner(ProvisionerCommand),
+    #[command(flatten)]
+    Admin(admin::AdminCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +117,7 @@ impl Cli {
                 pool,
                 timeout,
             }) => check_provisioner(path, env, pool, timeout),
+            Command::Admin(command) => admin::run(command),
         }
     }
 }
