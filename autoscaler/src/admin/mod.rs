@@ -12,6 +12,7 @@
 
 mod actions;
 mod auth;
+mod timeline;
 mod views;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::pools::Pool;
 use crate::secret::Secret;
 
+pub use timeline::{JobDetail, Step};
 pub use views::{JobView, Status};
 
 #[derive(Debug)]

@@ -35,7 +35,7 @@ pub struct JobView {
     pub phase: String,
     /// When GitLab handed it to the autoscaler (ms since the epoch).
     pub accepted_at: u64,
-    /// The machine it was handed to, when it is with a sidecar of one.
+    /// The machine it was (last) handed to.
     #[serde(default)]
     pub machine: Option<String>,
     #[serde(default)]
@@ -167,7 +167,9 @@ pub(super) fn job_view(admin: &Admin, r: &JobRecord) -> JobView {
         JobPhase::Assigned { sidecar, .. } => Some(*sidecar),
         JobPhase::Running { sidecar, .. } => *sidecar,
         _ => None,
-    };
+    }
+    // A job that ended keeps the sidecar it was last handed to in its timeline.
+    .or_else(|| r.timeline.iter().rev().find_map(|s| s.sidecar));
     let machine = sidecar.and_then(|s| {
         admin
             .machines
@@ -210,7 +212,7 @@ pub async fn jobs(
 pub async fn job(
     State(admin): State<Arc<Admin>>,
     Path(id): Path<String>,
-) -> Result<Json<JobView>, AdminError> {
+) -> Result<Json<super::JobDetail>, AdminError> {
     let record = id
         .parse::<u64>()
         .ok()
@@ -219,7 +221,8 @@ pub async fn job(
             kind: "job",
             name: id.clone(),
         })?;
-    Ok(Json(job_view(&admin, &record)))
+    let view = job_view(&admin, &record);
+    Ok(Json(super::timeline::detail(&admin, &record, view)))
 }
 
 /// `GET /decisions`: each pool's latest plan, and the recent ones that did something.

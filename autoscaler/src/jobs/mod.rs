@@ -147,7 +147,11 @@ impl Jobs {
             held: false,
             artifact_refusal: None,
             spooled: Vec::new(),
+            timeline: Vec::new(),
         };
+        let taken = format!("GitLab handed it to pool {pool}");
+        let taken = timeline::step(record.accepted_at, "taken", Some(taken));
+        timeline::push(&mut record, taken);
         let stored = self
             .store
             .put_payload(record.id, payload)
@@ -235,6 +239,9 @@ impl Jobs {
         if after != before {
             let mut record = job.record.clone();
             record.phase = after.clone();
+            if let Some(step) = timeline::phase_step(&before, &after, &event, now) {
+                timeline::push(&mut record, step);
+            }
             self.store.put_job(&record)?;
             let started = matches!(after, JobPhase::Running { .. });
             if let (true, Some(metrics)) = (started, &self.metrics) {
@@ -388,6 +395,7 @@ impl Jobs {
 mod access;
 mod load;
 mod owed;
+mod timeline;
 
 pub use load::SidecarLoad;
 

@@ -147,3 +147,83 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeline_of_a_job_that_waited_for_a_new_machine_lists_each_step_in_order() -> Result<()>
+{
+    let r = rig(&[], "max_machines = 1", "", &[]).await?;
+    let id = r.enqueue(r.job(&["echo waited for its machine"])).await?;
+    let view = r.gitlab.control.wait_final(id, WITHIN).await?;
+    ensure!(view.status == JobStatus::Success, "{view:?}");
+
+    // The job's final step is recorded once GitLab answered the final update.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let detail: serde_json::Value = loop {
+        let detail: serde_json::Value = r
+            .autoscaler
+            .admin_get(&format!("/jobs/{id}"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if detail["phase"] == "finished" || tokio::time::Instant::now() > deadline {
+            break detail;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let steps = detail["timeline"].as_array().cloned().unwrap_or_default();
+    let names: Vec<&str> = steps.iter().filter_map(|s| s["step"].as_str()).collect();
+    let expected = [
+        "taken",
+        "capacity_reserved",
+        "machine_requested",
+        "machine_running",
+        "sidecar_ready",
+        "handed_over",
+        "started",
+        "finished",
+    ];
+    ensure!(names == expected, "steps {names:?}\n{detail:#}");
+    let times: Vec<u64> = steps.iter().filter_map(|s| s["at"].as_u64()).collect();
+    ensure!(
+        times.len() == expected.len() && times.windows(2).all(|w| w[0] <= w[1]) && times[0] > 0,
+        "timestamps in order: {times:?}\n{detail:#}"
+    );
+    ensure!(
+        steps
+            .iter()
+            .all(|s| s["detail"].as_str().is_some_and(|d| !d.is_empty())),
+        "every step says why: {detail:#}"
+    );
+    let reserved = steps[1]["detail"].as_str().unwrap_or_default();
+    ensure!(reserved.starts_with("waiting_jobs"), "{reserved}");
+    ensure!(detail["machine"].as_str().is_some(), "{detail:#}");
+
+    // The CLI shows the same steps, one line each.
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("token");
+    std::fs::write(
+        &token_file,
+        r.autoscaler.admin_token.clone().unwrap_or_default(),
+    )?;
+    let out = tokio::process::Command::new(e2e::process::binary("autoscaler")?)
+        .args(["job", &id.to_string(), "--url", &r.autoscaler.admin_url])
+        .arg("--token-file")
+        .arg(&token_file)
+        .output()
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut at = 0;
+    for name in expected {
+        let found = text[at..].find(name);
+        ensure!(found.is_some(), "{name} missing or out of order:\n{text}");
+        at += found.unwrap_or(0);
+    }
+    Ok(())
+}
