@@ -156,4 +156,11 @@ pub fn router(admin: Arc<Admin>) -> axum::Router {
         .route("/healthz", get(views::healthz))
         .merge(guarded)
         .with_state(admin)
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|r: &axum::http::Request<_>| {
+                    tracing::info_span!("admin_request", method = %r.method(), path = %r.uri().path())
+                })
+                .on_failure(()),
+        )
 }

@@ -117,7 +117,8 @@ impl PoolController {
         loop {
             if last_reconcile.is_none_or(|t| t.elapsed() >= self.reconcile_interval) {
                 let started = Instant::now();
-                match self.machines.reconcile().await {
+                let span = tracing::info_span!("reconcile", pool = %self.pool());
+                match tracing::Instrument::instrument(self.machines.reconcile(), span).await {
                     Ok(reclaims) => reclaims.iter().for_each(|r| self.reclaim(r)),
                     Err(e) => {
                         tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed")
@@ -130,7 +131,8 @@ impl PoolController {
                 break;
             }
             let started = Instant::now();
-            self.clone().pass().await;
+            let span = tracing::info_span!("pass", pool = %self.pool());
+            tracing::Instrument::instrument(self.clone().pass(), span).await;
             self.machines.record_timing(false, started.elapsed());
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -287,13 +289,15 @@ impl PoolController {
             }
         }
         let m = m.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("teardown", pool = %self.pool(), machine.id = %m.id);
+        let task = async move {
             self.teardown(&m).await;
             self.tearing_down
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&m.id);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
     /// Destroys every machine of the pool (`delete_on_shutdown`), within `within`.

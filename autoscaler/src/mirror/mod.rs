@@ -201,6 +201,7 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
         path = %request.uri().path(),
         request_id = %request_id,
         sidecar.id = tracing::field::Empty,
+        machine.id = tracing::field::Empty,
         pool = tracing::field::Empty,
         job.id = tracing::field::Empty,
     )

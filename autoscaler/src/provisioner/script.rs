@@ -148,14 +148,15 @@ impl ScriptProvisioner {
             .map(Pid::from_raw);
         let tail = Arc::new(Mutex::new(Vec::new()));
         let verb = args.first().copied().unwrap_or("").to_string();
+        // The lines belong to the call's span (pool, verb, machine) when it has one.
         let mut stderr_task = child.stderr.take().map(|stderr| {
-            tokio::spawn(log_stderr(
+            tokio::spawn(tracing::Instrument::in_current_span(log_stderr(
                 stderr,
                 self.pool.clone(),
                 verb,
                 machine.map(str::to_string),
                 tail.clone(),
-            ))
+            )))
         });
         if let Some(mut input) = child.stdin.take() {
             // A script may exit without reading its input; a broken pipe is not our failure.
@@ -214,11 +215,12 @@ impl ScriptProvisioner {
         let mut args = vec![verb];
         args.extend(id);
         let started = Instant::now();
-        let result = self
-            .call_raw(&args, &request, timeout, id)
-            .await
-            .and_then(|raw| interpret(raw, timeout))
-            .and_then(|out| parse(&out));
+        let span = tracing::info_span!("provisioner", pool = %self.pool, verb, machine.id = id.unwrap_or(""));
+        let result =
+            tracing::Instrument::instrument(self.call_raw(&args, &request, timeout, id), span)
+                .await
+                .and_then(|raw| interpret(raw, timeout))
+                .and_then(|out| parse(&out));
         if let Some(metrics) = &self.metrics {
             metrics.provisioner_call(&self.pool, verb, exit_class(&result), started.elapsed());
         }

@@ -134,6 +134,7 @@ pub struct Autoscaler {
     config_path: PathBuf,
     /// Environment variables of the process (kept for restarts).
     env: Vec<(String, String)>,
+    log_file: Option<PathBuf>,
 }
 
 /// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines), and extra
@@ -145,6 +146,8 @@ pub struct Extra<'a> {
     pub env: &'a [(&'a str, &'a str)],
     /// A bearer token for the admin API (written to a file named by `[admin] token_file`).
     pub admin_token: Option<&'a str>,
+    /// Where the autoscaler's log goes (stderr of the test by default), at debug level.
+    pub log_file: Option<&'a Path>,
 }
 
 impl Autoscaler {
@@ -177,6 +180,7 @@ impl Autoscaler {
             upstream: "",
             env,
             admin_token: None,
+            log_file: None,
         };
         Self::start_with(dir, gitlab_url, pools, &extra).await
     }
@@ -203,7 +207,9 @@ impl Autoscaler {
             &config_path,
             config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
         )?;
-        let (proc, url, admin_url) = spawn_autoscaler(&config_path, &env).await?;
+        let log_file = extra.log_file.map(Path::to_path_buf);
+        let (proc, url, admin_url) =
+            spawn_autoscaler(&config_path, &env, log_file.as_deref()).await?;
         // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
         let listen = url
             .trim_start_matches("https://")
@@ -221,6 +227,7 @@ impl Autoscaler {
             dir: dir.to_path_buf(),
             config_path,
             env,
+            log_file,
         })
     }
 
@@ -229,7 +236,8 @@ impl Autoscaler {
         if self.proc.try_status().is_none() {
             bail!("the autoscaler is still running");
         }
-        let (proc, url, _) = spawn_autoscaler(&self.config_path, &self.env).await?;
+        let (proc, url, _) =
+            spawn_autoscaler(&self.config_path, &self.env, self.log_file.as_deref()).await?;
         if url != self.url {
             bail!("restarted on {url}, expected {}", self.url);
         }
@@ -332,14 +340,27 @@ impl Autoscaler {
 async fn spawn_autoscaler(
     config_path: &Path,
     env: &[(String, String)],
+    log_file: Option<&Path>,
 ) -> Result<(Proc, String, String)> {
     let mut command = Command::new(binary("autoscaler")?);
     command.arg("run").arg("--config").arg(config_path);
     command.envs(env.iter().map(|(k, v)| (k, v)));
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env("RUST_LOG", "autoscaler=info,warn");
-    }
-    let (proc, mut urls) = Proc::spawn_announcing("autoscaler", command, 2).await?;
+    let (proc, mut urls) = match log_file {
+        Some(path) => {
+            command.env("RUST_LOG", "debug");
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            Proc::spawn_announcing_logging("autoscaler", command, 2, file.into()).await?
+        }
+        None => {
+            if std::env::var_os("RUST_LOG").is_none() {
+                command.env("RUST_LOG", "autoscaler=info,warn");
+            }
+            Proc::spawn_announcing("autoscaler", command, 2).await?
+        }
+    };
     let admin = urls.remove(1);
     let api = urls.remove(0);
     Ok((proc, api, admin))
