@@ -59,30 +59,28 @@ impl PoolController {
         }
         let m = m.clone();
         let span = tracing::info_span!("probe", pool = %self.machines.pool(), machine.id = %m.id);
-        tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                match self.probe(&m).await {
-                    Ok(()) => {
-                        tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed over SSH)");
-                        if let Some(s) = m.sidecar.and_then(|id| self.sidecars.by_id(id)) {
-                            self.sidecars.note_seen(&s);
-                        }
-                    }
-                    Err(why) => {
-                        let reason = format!("{silence}; {why}");
-                        tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, %reason, "machine lost");
-                        if let Err(e) = self.machines.apply(&m.id, MachineEvent::Fail, &reason) {
-                            tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot fail the machine");
-                        }
+        let task = async move {
+            match self.probe(&m).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed over SSH)");
+                    if let Some(s) = m.sidecar.and_then(|id| self.sidecars.by_id(id)) {
+                        self.sidecars.note_seen(&s);
                     }
                 }
-                self.probing
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(&m.id);
-            },
-            span,
-        ));
+                Err(why) => {
+                    let reason = format!("{silence}; {why}");
+                    tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, %reason, "machine lost");
+                    if let Err(e) = self.machines.apply(&m.id, MachineEvent::Fail, &reason) {
+                        tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot fail the machine");
+                    }
+                }
+            }
+            self.probing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&m.id);
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
