@@ -109,6 +109,11 @@ impl PoolQueue {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// Wakes whoever follows the queue (the intake), e.g. after the pool was resumed.
+    pub fn poke(&self) {
+        self.notify();
+    }
+
     /// The idle target of the policy in force (set by the pool's controller each pass).
     pub fn set_idle_target(&self, slots: u32) {
         self.idle_target

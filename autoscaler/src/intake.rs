@@ -173,6 +173,9 @@ impl Intake {
 
     /// How many job requests should be in flight now.
     fn want(&self) -> usize {
+        if self.pool.paused_by_operator() {
+            return 0;
+        }
         let limit = self.pool.config.request_concurrency as usize;
         // A preemptive pool whose period keeps no idle slot would never have a sidecar waiting,
         // so it takes jobs on demand meanwhile: a period change never stops intake.

@@ -22,6 +22,9 @@ pub struct Pool {
     /// Why GitLab refuses this pool's job requests (`403`, `422 Runner is orphaned`), while it
     /// does: the pool takes no jobs, and status and log say why.
     upstream_refusal: Mutex<Option<String>>,
+    /// An operator paused the pool (admin API): it takes no jobs from GitLab until resumed.
+    /// Kept in memory only: a restart resumes every pool.
+    operator_pause: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -45,6 +48,7 @@ impl Pool {
             system_id,
             last_update: Mutex::new(None),
             upstream_refusal: Mutex::new(None),
+            operator_pause: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -75,6 +79,21 @@ impl Pool {
         let changed = *current != refusal;
         *current = refusal;
         changed
+    }
+
+    pub fn paused_by_operator(&self) -> bool {
+        self.operator_pause
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Pauses or resumes the pool's intake; `true` when it changed. The intake is woken so that
+    /// a resume takes effect at once.
+    pub fn set_paused_by_operator(&self, paused: bool) -> bool {
+        let before = self
+            .operator_pause
+            .swap(paused, std::sync::atomic::Ordering::SeqCst);
+        self.queue.poke();
+        before != paused
     }
 
     pub fn set_last_update(&self, value: String) {

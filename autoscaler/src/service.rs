@@ -21,6 +21,7 @@ use crate::admin::{self, Admin};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::core::job::JobEvent;
+use crate::decisions::Decisions;
 use crate::delivery::Delivery;
 use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
@@ -29,6 +30,7 @@ use crate::launcher::SshLauncher;
 use crate::machines::{
     ControllerSettings, MachinesSettings, PoolController, PoolMachines, SourceSpec,
 };
+use crate::metrics::{self, Levels, MeteredUpstream, Metrics, Origin};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
 use crate::provisioner::ScriptProvisioner;
@@ -80,20 +82,37 @@ pub struct Shutdown {
 /// Runs the service until shutdown.
 pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), ServiceError> {
     systemd::notify(Step::Starting);
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&config.state.dir)?);
+    let metrics = Arc::new(Metrics::new());
+    let store: Arc<dyn Store> = Arc::new(
+        SledStore::open(&config.state.dir)?.with_flush_histogram(metrics.store_flush.clone()),
+    );
     let upstream: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(&config.upstream)?);
-    run_with(config, store, upstream, Arc::new(SystemClock), shutdown).await
+    run_with(
+        config,
+        store,
+        upstream,
+        Arc::new(SystemClock),
+        metrics,
+        shutdown,
+    )
+    .await
 }
 
 /// Runs the service on the given edges (tests substitute fakes).
 pub async fn run_with(
     config: Config,
     store: Arc<dyn Store>,
-    upstream: Arc<dyn Upstream>,
+    raw_upstream: Arc<dyn Upstream>,
     clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) -> Result<(), ServiceError> {
-    let jobs = Arc::new(Jobs::load(store.clone(), clock.clone())?);
+    // The relay's calls and the autoscaler's own are counted apart.
+    let upstream: Arc<dyn Upstream> =
+        MeteredUpstream::wrap(raw_upstream.clone(), metrics.clone(), Origin::Autoscaler);
+    let relay_upstream: Arc<dyn Upstream> =
+        MeteredUpstream::wrap(raw_upstream, metrics.clone(), Origin::Relay);
+    let jobs = Arc::new(Jobs::load(store.clone(), clock.clone())?.with_metrics(metrics.clone()));
     let sidecars = Arc::new(Sidecars::load(store.clone(), clock.clone())?);
     let pools = config
         .pools
@@ -151,6 +170,7 @@ pub async fn run_with(
         || format!("{scheme}://{addr}"),
         |u| u.as_str().trim_end_matches('/').to_string(),
     );
+    let decisions = Decisions::new(metrics.clone());
     let controllers = machine_controllers(
         &config,
         &public_url,
@@ -159,7 +179,11 @@ pub async fn run_with(
         &sidecars,
         &store,
         &clock,
+        &metrics,
     )?;
+    for controller in &controllers {
+        controller.report_decisions_to(decisions.clone());
+    }
     announce(
         &format!("{scheme}://{addr}"),
         admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
@@ -196,6 +220,11 @@ pub async fn run_with(
     let controller_tasks = TaskTracker::new();
     for controller in &controllers {
         controller_tasks.spawn(controller.clone().run(stop_controllers.clone()));
+        tasks.spawn(metrics::watch_machines(
+            metrics.clone(),
+            controller.machines.clone(),
+            stop_maintenance.clone(),
+        ));
     }
     controller_tasks.close();
 
@@ -208,12 +237,18 @@ pub async fn run_with(
             pools.clone(),
             jobs.clone(),
             sidecars,
-            upstream,
+            relay_upstream,
             delivery,
             Limits::from_config(&config),
         )
-        .with_machines(machines),
+        .with_machines(machines)
+        .with_metrics(metrics.clone()),
     );
+    metrics.register_levels(Levels {
+        pools: pools.clone(),
+        machines: app.machines.clone(),
+        jobs: jobs.clone(),
+    });
     let stop_server = CancellationToken::new();
     if let Some(listener) = admin_listener {
         let admin = Arc::new(Admin {
@@ -221,6 +256,9 @@ pub async fn run_with(
             machines: app.machines.clone(),
             jobs: jobs.clone(),
             draining: shutdown.graceful.clone(),
+            metrics: metrics.clone(),
+            decisions: decisions.clone(),
+            token: config.admin.as_ref().and_then(|a| a.token.clone()),
         });
         let stop = stop_server.clone();
         tasks.spawn(async move {
@@ -298,6 +336,7 @@ pub async fn run_with(
 }
 
 /// The machine controller of every pool with a provisioner, installed as its pool's slot gate.
+#[allow(clippy::too_many_arguments)] // start-up wiring: each argument is one shared service
 fn machine_controllers(
     config: &Config,
     public_url: &str,
@@ -306,6 +345,7 @@ fn machine_controllers(
     sidecars: &Arc<Sidecars>,
     store: &Arc<dyn Store>,
     clock: &Arc<dyn Clock>,
+    metrics: &Arc<Metrics>,
 ) -> Result<Vec<Arc<PoolController>>, ServiceError> {
     let scaled: Vec<&Arc<Pool>> = pools
         .iter()
@@ -331,14 +371,17 @@ fn machine_controllers(
             .iter()
             .map(|source| SourceSpec {
                 name: source.name.clone(),
-                provisioner: Arc::new(ScriptProvisioner::new(
-                    source.command.clone(),
-                    pool.name(),
-                    &config.server.instance_id,
-                    source.env.clone(),
-                    source.timeouts.clone(),
-                    source.max_concurrency,
-                )),
+                provisioner: Arc::new(
+                    ScriptProvisioner::new(
+                        source.command.clone(),
+                        pool.name(),
+                        &config.server.instance_id,
+                        source.env.clone(),
+                        source.timeouts.clone(),
+                        source.max_concurrency,
+                    )
+                    .with_metrics(metrics.clone()),
+                ),
                 max_machines: source.max_machines,
                 create_rate: source.create_rate,
                 create_burst: source.create_burst,

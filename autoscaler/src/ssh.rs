@@ -219,6 +219,7 @@ fn parse_host_key(text: &str) -> Option<PublicKey> {
 
 impl Connection {
     /// Connects and authenticates, within `timeout`.
+    #[tracing::instrument(name = "ssh", skip_all, fields(target = %target))]
     pub async fn open(
         target: &Target,
         key: &ClientKey,

@@ -59,6 +59,9 @@ pub struct SshConfig {
 #[derive(Debug, Clone)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    /// The bearer token every request but `/healthz` must carry (`token_file`); required when
+    /// `listen` is not a loopback address.
+    pub token: Option<Secret>,
 }
 
 /// The mirrored runner API that sidecars talk to.
@@ -206,9 +209,16 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
         SshConfig { key_file }
     });
     let admin = root.table("admin").and_then(|t| {
-        let listen: Option<SocketAddr> = t.required("listen");
+        let listen: SocketAddr = t.or("listen", "127.0.0.1:8091".parse().ok()?);
+        let token = read_secret(&t, "token", base_dir, false);
+        if token.is_none() && !listen.ip().is_loopback() && !t.has("token_file") && !t.has("token") {
+            t.problem(
+                "token_file",
+                "is required when listen is not a loopback address: the admin API can drain and destroy machines",
+            );
+        }
         t.finish();
-        Some(AdminConfig { listen: listen? })
+        Some(AdminConfig { listen, token })
     });
     let pools: Vec<_> = root
         .tables("pools")

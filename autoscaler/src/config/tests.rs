@@ -381,3 +381,30 @@ fn bad_classes_are_reported_with_their_key_paths() {
         assert!(text.contains(expected), "missing {expected:?} in {text}");
     }
 }
+
+#[test]
+fn an_admin_api_off_loopback_needs_a_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = format!("{MINIMAL}\n[admin]\nlisten = \"0.0.0.0:8091\"\n");
+    let e = Config::load(&write(&dir, &open), no_env()).unwrap_err();
+    assert!(
+        e.problems
+            .iter()
+            .any(|p| p.path == "admin.token_file" && p.message.contains("loopback")),
+        "{e}"
+    );
+
+    std::fs::write(dir.path().join("admin.token"), "s3cret-admin\n").unwrap();
+    let guarded = format!("{open}token_file = \"admin.token\"\n");
+    let c = Config::load(&write(&dir, &guarded), no_env()).unwrap();
+    let admin = c.admin.unwrap();
+    assert_eq!(
+        admin.token.map(|t| t.expose().to_string()).as_deref(),
+        Some("s3cret-admin")
+    );
+
+    let loopback = format!("{MINIMAL}\n[admin]\n");
+    let c = Config::load(&write(&dir, &loopback), no_env()).unwrap();
+    let admin = c.admin.unwrap();
+    assert!(admin.listen.ip().is_loopback() && admin.token.is_none());
+}

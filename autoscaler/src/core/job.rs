@@ -126,6 +126,9 @@ pub fn transition(
 }
 
 impl JobPhase {
+    /// Every phase's [`JobPhase::name`], in the order of a job's life.
+    pub const NAMES: [&'static str; 5] = ["queued", "assigned", "running", "failing", "finished"];
+
     pub fn is_finished(&self) -> bool {
         matches!(self, JobPhase::Finished { .. })
     }

@@ -94,6 +94,26 @@ pub enum Reason {
     BillingPeriodEnd,
 }
 
+impl Reason {
+    /// The code logs, metrics and the admin API use (`waiting_jobs`, `idle_timeout`, ...).
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::WaitingJobs => "waiting_jobs",
+            Reason::IdleTarget => "idle_target",
+            Reason::IdleTimeout => "idle_timeout",
+            Reason::MaxUse => "max_use",
+            Reason::MaxAge => "max_age",
+            Reason::Drained => "drained",
+            Reason::Steady => "steady",
+            Reason::ProvisionerPaused => "provisioner_paused",
+            Reason::DemandForecast => "demand_forecast",
+            Reason::GitlabQueue => "gitlab_queue",
+            Reason::DemandFell => "demand_fell",
+            Reason::BillingPeriodEnd => "billing_period_end",
+        }
+    }
+}
+
 /// A machine to drain or destroy, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retire {

@@ -76,6 +76,7 @@ pub struct Jobs {
     classes: class::PoolClasses,
     /// New jobs by pool, until the pool's controller takes them for its demand forecast.
     arrivals: Mutex<HashMap<String, VecDeque<Arrival>>>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// Arrivals kept for a pool whose controller does not take them (a static pool).
@@ -106,7 +107,15 @@ impl Jobs {
             store_failing: std::sync::atomic::AtomicBool::new(false),
             classes: class::PoolClasses::default(),
             arrivals: Mutex::default(),
+            metrics: None,
         })
+    }
+
+    /// Records each job's wait for a sidecar in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Woken whenever a job is added, changes phase or is collected.
@@ -155,7 +164,11 @@ impl Jobs {
             held: false,
             artifact_refusal: None,
             spooled: Vec::new(),
+            timeline: Vec::new(),
         };
+        let taken = format!("GitLab handed it to pool {pool}");
+        let taken = timeline::step(record.accepted_at, "taken", Some(taken));
+        timeline::push(&mut record, taken);
         let refused = match self.class_for(pool, payload) {
             Ok(class) => {
                 record.class = class;
@@ -321,6 +334,9 @@ impl Jobs {
         if after != before {
             let mut record = job.record.clone();
             record.phase = after.clone();
+            if let Some(step) = timeline::phase_step(&before, &after, &event, now) {
+                timeline::push(&mut record, step);
+            }
             if let Err(e) = self.store.put_job(&record) {
                 // A hand-out must be on disk before the job leaves; any other phase change is
                 // kept in memory when the store refuses it (as if lost in a crash, see above),
@@ -333,6 +349,10 @@ impl Jobs {
             if !matches!(after, JobPhase::Queued | JobPhase::Assigned { .. }) {
                 // A sidecar has it (or nobody will): the payload is not handed out again.
                 job.payload = None;
+            }
+            let started = matches!(after, JobPhase::Running { .. });
+            if let (true, Some(metrics)) = (started, &self.metrics) {
+                metrics.job_waited(&record.pool, now.saturating_sub(record.accepted_at));
             }
             job.record = record;
             drop(held);
@@ -493,7 +513,11 @@ fn unstored_reason(error: &StoreError) -> String {
 
 mod access;
 mod class;
+mod load;
 mod owed;
+mod timeline;
+
+pub use load::SidecarLoad;
 
 #[cfg(test)]
 mod tests;

@@ -39,7 +39,14 @@ impl Jobs {
         if self.lock().get(&id).is_some_and(|j| j.record.held == held) {
             return Ok(());
         }
-        self.update(id, |r| r.held = held)
+        let now = self.clock.now();
+        self.update(id, |r| {
+            r.held = held;
+            if held {
+                let why = "GitLab holds it for our acknowledgement (two-phase commit): its time does not run while it waits for a machine";
+                super::timeline::push(r, super::timeline::step(now, "held", Some(why.into())));
+            }
+        })
     }
 
     /// GitLab refused a spooled upload for good; the job's final state will say so.

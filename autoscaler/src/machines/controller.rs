@@ -62,6 +62,8 @@ pub struct PoolController {
     pub(super) probing: Mutex<HashSet<String>>,
     /// Arrivals and create-to-ready times, for the demand-aware strategy.
     pub(super) demand: Mutex<DemandTracker>,
+    /// Where each executed plan is reported (metrics, the admin API's decisions).
+    pub(super) decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
 }
 
 /// How the controller is set up.
@@ -103,7 +105,13 @@ impl PoolController {
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
             demand: Mutex::new(DemandTracker::default()),
+            decisions: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Reports every executed plan to `decisions`. Set once.
+    pub fn report_decisions_to(&self, decisions: Arc<crate::decisions::Decisions>) {
+        let _ = self.decisions.set(decisions);
     }
 
     /// The class `m` belongs to (`None`: the pool has no classes). A machine without one
@@ -139,7 +147,8 @@ impl PoolController {
                 break;
             }
             let started = crate::clock::monotonic();
-            self.clone().pass().await;
+            let span = tracing::info_span!("pass", pool = %self.pool());
+            tracing::Instrument::instrument(self.clone().pass(), span).await;
             self.machines.record_timing(false, started.elapsed());
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -170,7 +179,8 @@ impl PoolController {
             return;
         }
         let started = crate::clock::monotonic();
-        match self.machines.reconcile().await {
+        let span = tracing::info_span!("reconcile", pool = %self.pool());
+        match tracing::Instrument::instrument(self.machines.reconcile(), span).await {
             Ok(reclaims) => reclaims.iter().for_each(|r| self.reclaim(r)),
             Err(e) => {
                 tracing::error!(pool = %self.pool(), error = %e, "reconcile pass failed")
@@ -269,13 +279,15 @@ impl PoolController {
             }
         }
         let m = m.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("teardown", pool = %self.pool(), machine.id = %m.id);
+        let task = async move {
             self.teardown(&m).await;
             self.tearing_down
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&m.id);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
     /// Destroys every machine of the pool (`delete_on_shutdown`), within `within`.

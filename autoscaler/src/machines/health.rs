@@ -57,7 +57,8 @@ impl PoolController {
             }
         }
         let m = m.clone();
-        tokio::spawn(async move {
+        let span = tracing::info_span!("probe", pool = %self.machines.pool(), machine.id = %m.id);
+        let task = async move {
             match self.probe(&m).await {
                 Ok(()) => {
                     tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed over SSH)");
@@ -77,7 +78,8 @@ impl PoolController {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&m.id);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {

@@ -45,7 +45,7 @@ impl PoolController {
                 forecast: self.class_forecast(&forecast, class),
                 now,
             });
-            self.carry_out(&plan, class).await;
+            self.carry_out(&plan, class, now).await;
         }
     }
 
@@ -127,7 +127,12 @@ impl PoolController {
         }
     }
 
-    async fn carry_out(self: &Arc<Self>, plan: &ScalePlan, class: Option<&MachineClass>) {
+    async fn carry_out(
+        self: &Arc<Self>,
+        plan: &ScalePlan,
+        class: Option<&MachineClass>,
+        now: Millis,
+    ) {
         for r in &plan.drain {
             let why = format!("{}: {}", reason_code(r.reason), r.detail);
             if let Err(e) = self.machines.apply(&r.id, MachineEvent::Drain, &why) {
@@ -144,18 +149,23 @@ impl PoolController {
                 self.clone().start_teardown(&m);
             }
         }
+        let mut created = 0;
         if plan.create > 0 {
             let class_name = class.map_or("-", |c| c.name.as_str());
             tracing::info!(pool = %self.pool(), class = class_name, create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
             match self.machines.create_of(plan.create, class).await {
                 Ok(n) if n < plan.create => {
+                    created = n;
                     tracing::debug!(pool = %self.pool(), class = class_name, asked = plan.create, created = n, "creation throttled or paused");
                 }
-                Ok(_) => {}
+                Ok(n) => created = n,
                 Err(e) => {
                     tracing::error!(pool = %self.pool(), class = class_name, error = %e, "cannot create machines")
                 }
             }
+        }
+        if let Some(decisions) = self.decisions.get() {
+            decisions.record(self.pool(), plan, created, now);
         }
     }
 }

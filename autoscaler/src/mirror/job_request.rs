@@ -37,6 +37,12 @@ pub async fn request_job(
         .ok_or(ApiError::TooManyJobRequests {
             limit: app.long_polls.max_per_sidecar(),
         })?;
+    let span = tracing::Span::current();
+    span.record("sidecar.id", sidecar.id().0);
+    span.record("pool", sidecar.pool());
+    if let Some(machine) = &sidecar.record.machine {
+        span.record("machine.id", machine.as_str());
+    }
     app.sidecars
         .note_poll(&sidecar, info, params.string("system_id"));
     if let (Some(machine), Some(machines)) =

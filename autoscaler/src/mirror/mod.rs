@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::delivery::Delivery;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
+use crate::metrics::{self, Metrics};
 use crate::pools::Pool;
 use crate::routes::Routes;
 use crate::secret::TokenDigest;
@@ -50,6 +51,7 @@ pub struct App {
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
     registration: HashMap<TokenDigest, String>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Debug, Clone)]
@@ -109,7 +111,15 @@ impl App {
             limits,
             machines: HashMap::new(),
             registration,
+            metrics: Arc::new(Metrics::new()),
         }
+    }
+
+    /// Records the mirrored API's requests in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Adds the machine service of a pool (pools with a provisioner).
@@ -203,8 +213,10 @@ pub fn route_table() -> Routes<Arc<App>> {
 }
 
 fn routes(app: Arc<App>) -> Router {
+    let timing = axum::middleware::from_fn_with_state(app.metrics.clone(), metrics::record_request);
     route_table()
         .into_router()
+        .route_layer(timing)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
 }
@@ -217,6 +229,7 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
         path = %request.uri().path(),
         request_id = %request_id,
         sidecar.id = tracing::field::Empty,
+        machine.id = tracing::field::Empty,
         pool = tracing::field::Empty,
         job.id = tracing::field::Empty,
     )

@@ -54,6 +54,10 @@ fn note_job(app: &App, record: &JobRecord) {
     };
     if let Some(s) = sidecar.and_then(|id| app.sidecars.by_id(id)) {
         app.sidecars.note_seen(&s);
+        span.record("sidecar.id", s.id().0);
+        if let Some(machine) = &s.record.machine {
+            span.record("machine.id", machine.as_str());
+        }
     }
 }
 

@@ -40,6 +40,7 @@ pub struct ScriptProvisioner {
     env: BTreeMap<String, String>,
     timeouts: Timeouts,
     limit: Arc<Semaphore>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// Everything a call produced, before interpretation (the conformance kit looks at this).
@@ -72,7 +73,15 @@ impl ScriptProvisioner {
             env,
             timeouts,
             limit: Arc::new(Semaphore::new(max_concurrency.max(1))),
+            metrics: None,
         }
+    }
+
+    /// Records every call's verb, exit class and duration in `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn command(&self) -> &Path {
@@ -139,14 +148,15 @@ impl ScriptProvisioner {
             .map(Pid::from_raw);
         let tail = Arc::new(Mutex::new(Vec::new()));
         let verb = args.first().copied().unwrap_or("").to_string();
+        // The lines belong to the call's span (pool, verb, machine) when it has one.
         let mut stderr_task = child.stderr.take().map(|stderr| {
-            tokio::spawn(log_stderr(
+            tokio::spawn(tracing::Instrument::in_current_span(log_stderr(
                 stderr,
                 self.pool.clone(),
                 verb,
                 machine.map(str::to_string),
                 tail.clone(),
-            ))
+            )))
         });
         if let Some(mut input) = child.stdin.take() {
             // A script may exit without reading its input; a broken pipe is not our failure.
@@ -190,20 +200,45 @@ impl ScriptProvisioner {
         })
     }
 
-    /// Runs a verb and returns its stdout, or the error its exit code stands for.
-    async fn call(
+    /// Runs a verb and reads its answer with `parse`, or returns the error its exit code
+    /// stands for; the outcome is counted by exit class.
+    async fn call<T>(
         &self,
         verb: &str,
         id: Option<&str>,
         fields: serde_json::Value,
         timeout: Duration,
-    ) -> Result<Vec<u8>> {
+        parse: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<T> {
         let request = serde_json::to_vec(&self.request(fields))
             .map_err(|e| ProvisionerError::Spawn(e.to_string()))?;
         let mut args = vec![verb];
         args.extend(id);
-        let raw = self.call_raw(&args, &request, timeout, id).await?;
-        interpret(raw, timeout)
+        let started = crate::clock::monotonic();
+        let span = tracing::info_span!("provisioner", pool = %self.pool, verb, machine.id = id.unwrap_or(""));
+        let result =
+            tracing::Instrument::instrument(self.call_raw(&args, &request, timeout, id), span)
+                .await
+                .and_then(|raw| interpret(raw, timeout))
+                .and_then(|out| parse(&out));
+        if let Some(metrics) = &self.metrics {
+            metrics.provisioner_call(&self.pool, verb, exit_class(&result), started.elapsed());
+        }
+        result
+    }
+}
+
+/// The `exit` label of a call's outcome.
+fn exit_class<T>(result: &Result<T>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(ProvisionerError::RetryLater { .. }) => "retry_later",
+        Err(ProvisionerError::Permanent { .. }) => "permanent",
+        Err(ProvisionerError::Failed { .. }) => "failed",
+        Err(ProvisionerError::TimedOut(_)) => "timeout",
+        Err(ProvisionerError::InvalidResponse(_)) => "invalid_response",
+        Err(ProvisionerError::OutputTooLarge(_)) => "output_too_large",
+        Err(ProvisionerError::Spawn(_)) => "spawn_error",
     }
 }
 
@@ -318,10 +353,14 @@ async fn log_stderr(
 impl Provisioner for ScriptProvisioner {
     fn info(&self) -> BoxFuture<'_, Result<Info>> {
         Box::pin(async move {
-            let out = self
-                .call("info", None, json!({}), self.timeouts.info)
-                .await?;
-            protocol::parse_info(&out)
+            self.call(
+                "info",
+                None,
+                json!({}),
+                self.timeouts.info,
+                protocol::parse_info,
+            )
+            .await
         })
     }
 
@@ -329,42 +368,49 @@ impl Provisioner for ScriptProvisioner {
         Box::pin(async move {
             let fields = serde_json::to_value(&request)
                 .map_err(|e| ProvisionerError::Spawn(e.to_string()))?;
-            let out = self
-                .call("create", None, fields, self.timeouts.create)
-                .await?;
-            protocol::parse_created(&out, &request.machines)
+            self.call("create", None, fields, self.timeouts.create, |out| {
+                protocol::parse_created(out, &request.machines)
+            })
+            .await
         })
     }
 
     fn list(&self, labels: Labels) -> BoxFuture<'_, Result<Vec<ListedMachine>>> {
         Box::pin(async move {
-            let out = self
-                .call("list", None, json!({"labels": labels}), self.timeouts.list)
-                .await?;
-            protocol::parse_list(&out)
+            self.call(
+                "list",
+                None,
+                json!({"labels": labels}),
+                self.timeouts.list,
+                protocol::parse_list,
+            )
+            .await
         })
     }
 
     fn status<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Status>> {
         Box::pin(async move {
-            let out = self
-                .call("status", Some(id), json!({"id": id}), self.timeouts.status)
-                .await?;
-            protocol::parse_status(&out, id)
+            self.call(
+                "status",
+                Some(id),
+                json!({"id": id}),
+                self.timeouts.status,
+                |out| protocol::parse_status(out, id),
+            )
+            .await
         })
     }
 
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Destroyed>> {
         Box::pin(async move {
-            let out = self
-                .call(
-                    "destroy",
-                    Some(id),
-                    json!({"id": id}),
-                    self.timeouts.destroy,
-                )
-                .await?;
-            protocol::parse_destroyed(&out, id)
+            self.call(
+                "destroy",
+                Some(id),
+                json!({"id": id}),
+                self.timeouts.destroy,
+                |out| protocol::parse_destroyed(out, id),
+            )
+            .await
         })
     }
 }

@@ -22,6 +22,7 @@ fn job(id: u64) -> JobRecord {
         acknowledged: false,
         held: false,
         artifact_refusal: None,
+        timeline: Vec::new(),
         spooled: vec![SpooledUpload {
             file: "spool/1".into(),
             query: Some("artifact_type=archive".into()),

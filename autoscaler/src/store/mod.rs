@@ -21,8 +21,8 @@ use futures::future::BoxFuture;
 use crate::core::{JobId, SidecarId};
 pub use memory::MemoryStore;
 pub use records::{
-    DependencyGrant, Endpoint, HostKey, HostKeySource, JobRecord, MachineRecord, RECORD_VERSION,
-    SidecarRecord, SpooledUpload, TimelineEntry,
+    DependencyGrant, Endpoint, HostKey, HostKeySource, JobRecord, JobStep, MachineRecord,
+    RECORD_VERSION, SidecarRecord, SpooledUpload, TimelineEntry,
 };
 pub use sled_store::SledStore;
 

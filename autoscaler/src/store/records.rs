@@ -48,6 +48,22 @@ pub struct JobRecord {
     /// so, as a stock runner's would have.
     #[serde(default)]
     pub artifact_refusal: Option<String>,
+    /// What happened to the job here, in order (see `jobs::timeline`).
+    #[serde(default)]
+    pub timeline: Vec<JobStep>,
+}
+
+/// One step of a job's life in the autoscaler.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStep {
+    pub at: Millis,
+    /// `taken`, `held`, `handed_over`, `returned`, `started`, `failing`, `finished`.
+    pub step: String,
+    /// The sidecar it was handed to (`handed_over`).
+    #[serde(default)]
+    pub sidecar: Option<SidecarId>,
+    #[serde(default)]
+    pub detail: Option<String>,
 }
 
 /// An artifact upload kept on disk for GitLab.

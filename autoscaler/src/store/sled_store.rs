@@ -34,6 +34,8 @@ pub struct SledStore {
     journal: Arc<Journal>,
     checkpoints: Arc<Checkpoints>,
     last_id: AtomicU64,
+    /// Where each durable sync's duration is recorded (`autoscaler_store_flush_seconds`).
+    flush_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl SledStore {
@@ -70,6 +72,7 @@ impl SledStore {
             journal: Arc::new(journal),
             checkpoints: Arc::new(checkpoints),
             last_id: AtomicU64::new(0),
+            flush_seconds: None,
         };
         let found = store.found()?;
         store.checkpoints.set_commit(found.commit);
@@ -197,6 +200,16 @@ impl SledStore {
                 Ok(())
             }
         }
+    }
+
+    /// Records each durable sync's duration in `histogram`.
+    #[must_use]
+    pub fn with_flush_histogram(
+        mut self,
+        histogram: prometheus_client::metrics::histogram::Histogram,
+    ) -> Self {
+        self.flush_seconds = Some(histogram);
+        self
     }
 
     /// How many journal syncs reached the disk; with `durable` calls this shows the group
@@ -362,7 +375,11 @@ impl Store for SledStore {
 
     fn durable(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
+            let started = crate::clock::monotonic();
             self.journal.durable().await?;
+            if let Some(h) = &self.flush_seconds {
+                h.observe(started.elapsed().as_secs_f64());
+            }
             self.checkpoint_if_due();
             Ok(())
         })

@@ -20,6 +20,8 @@ pub const WITHIN: Duration = Duration::from_secs(120);
 #[derive(Debug)]
 pub struct CountingRig {
     pub gitlab: FakeGitLab,
+    /// Where the machines live (each machine's directory holds its `sidecar.log`).
+    pub machines_root: PathBuf,
     pub autoscaler: Autoscaler,
     pub pool: PoolSpec,
     pub count_log: PathBuf,
@@ -34,6 +36,17 @@ pub async fn rig(
     scaling: &str,
     provisioner: &str,
     env: &[(&str, &str)],
+) -> Result<CountingRig> {
+    rig_logging(gitlab_args, scaling, provisioner, env, None).await
+}
+
+/// [`rig`] with the autoscaler's log (at debug level) written to `log_file`.
+pub async fn rig_logging(
+    gitlab_args: &[&str],
+    scaling: &str,
+    provisioner: &str,
+    env: &[(&str, &str)],
+    log_file: Option<&std::path::Path>,
 ) -> Result<CountingRig> {
     let dir = tempfile::tempdir()?;
     let machines_root = dir.path().join("machines");
@@ -59,9 +72,13 @@ pub async fn rig(
             .display(),
     );
     gitlab.add_runner(&pool.upstream_token).await?;
+    // The admin API asks for a token here, so every test on this rig goes through its check.
+    let admin_token = format!("admin-{:016x}", rand::random::<u64>());
     let extra = Extra {
         server: "long_poll_timeout = \"10s\"",
         upstream: "keepalive_interval = \"1s\"",
+        admin_token: Some(&admin_token),
+        log_file,
         ..Extra::default()
     };
     let autoscaler = Autoscaler::start_with(
@@ -72,6 +89,7 @@ pub async fn rig(
     )
     .await?;
     Ok(CountingRig {
+        machines_root: machines_root.clone(),
         gitlab,
         autoscaler,
         pool,

@@ -5,6 +5,7 @@ pub mod chaos;
 pub mod counting;
 pub mod process;
 pub mod python_runner;
+pub mod scrape;
 pub mod stack;
 
 /// Destroys, when dropped, every local sandbox machine left under a root directory, through the

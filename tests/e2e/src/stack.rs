@@ -128,12 +128,15 @@ pub struct Autoscaler {
     pub url: String,
     /// The admin API (machines, pools).
     pub admin_url: String,
+    /// The admin API's bearer token, when the configuration sets one.
+    pub admin_token: Option<String>,
     pub dir: PathBuf,
     config_path: PathBuf,
     /// Environment variables of the process (kept for restarts).
     env: Vec<(String, String)>,
     /// A command the autoscaler runs under (e.g. `strace` and its options), kept for restarts.
     wrap: Vec<String>,
+    log_file: Option<PathBuf>,
 }
 
 /// Extra keys of the autoscaler's `[server]` and `[upstream]` tables (TOML lines), extra
@@ -145,6 +148,10 @@ pub struct Extra<'a> {
     pub upstream: &'a str,
     pub env: &'a [(&'a str, &'a str)],
     pub wrap: &'a [&'a str],
+    /// A bearer token for the admin API (written to a file named by `[admin] token_file`).
+    pub admin_token: Option<&'a str>,
+    /// Where the autoscaler's log goes (stderr of the test by default), at debug level.
+    pub log_file: Option<&'a Path>,
 }
 
 impl Autoscaler {
@@ -194,13 +201,18 @@ impl Autoscaler {
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect();
         std::fs::create_dir_all(dir)?;
+        if let Some(token) = extra.admin_token {
+            std::fs::write(dir.join("admin.token"), format!("{token}\n"))?;
+        }
         let config_path = dir.join("autoscaler.toml");
         std::fs::write(
             &config_path,
             config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
         )?;
         let wrap: Vec<String> = extra.wrap.iter().map(|s| (*s).to_string()).collect();
-        let (proc, url, admin_url) = spawn_autoscaler(&config_path, &env, &wrap).await?;
+        let log_file = extra.log_file.map(Path::to_path_buf);
+        let (proc, url, admin_url) =
+            spawn_autoscaler(&config_path, &env, &wrap, log_file.as_deref()).await?;
         // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
         let listen = url
             .trim_start_matches("https://")
@@ -214,10 +226,12 @@ impl Autoscaler {
             proc,
             url,
             admin_url,
+            admin_token: extra.admin_token.map(str::to_string),
             dir: dir.to_path_buf(),
             config_path,
             env,
             wrap,
+            log_file,
         })
     }
 
@@ -226,7 +240,13 @@ impl Autoscaler {
         if self.proc.try_status().is_none() {
             bail!("the autoscaler is still running");
         }
-        let (proc, url, _) = spawn_autoscaler(&self.config_path, &self.env, &self.wrap).await?;
+        let (proc, url, _) = spawn_autoscaler(
+            &self.config_path,
+            &self.env,
+            &self.wrap,
+            self.log_file.as_deref(),
+        )
+        .await?;
         if url != self.url {
             bail!("restarted on {url}, expected {}", self.url);
         }
@@ -237,13 +257,8 @@ impl Autoscaler {
     /// Waits until the autoscaler reports that its graceful shutdown began (`/healthz` 503).
     pub async fn wait_draining(&self, within: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + within;
-        let client = reqwest::Client::new();
         loop {
-            let status = client
-                .get(format!("{}/healthz", self.admin_url))
-                .send()
-                .await?
-                .status();
+            let status = self.admin_get("/healthz").send().await?.status();
             if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
                 return Ok(());
             }
@@ -254,13 +269,28 @@ impl Autoscaler {
         }
     }
 
+    /// A request to the admin API, with its token when there is one.
+    pub fn admin_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = reqwest::Client::new().request(method, format!("{}{path}", self.admin_url));
+        match &self.admin_token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    pub fn admin_get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_request(reqwest::Method::GET, path)
+    }
+
     pub fn config_path(&self) -> &Path {
         &self.config_path
     }
 
     /// The machines the autoscaler knows (all pools), from its admin API.
     pub async fn machines(&self) -> Result<Vec<autoscaler::store::MachineRecord>> {
-        Ok(reqwest::get(format!("{}/machines", self.admin_url))
+        Ok(self
+            .admin_get("/machines")
+            .send()
             .await?
             .error_for_status()?
             .json()
@@ -278,11 +308,11 @@ impl Autoscaler {
         let deadline = tokio::time::Instant::now() + within;
         let mut after: Option<u64> = None;
         loop {
-            let url = match after {
-                None => format!("{}/machines", self.admin_url),
-                Some(v) => format!("{}/machines?after={v}&timeout_ms=5000", self.admin_url),
+            let path = match after {
+                None => "/machines".to_string(),
+                Some(v) => format!("/machines?after={v}&timeout_ms=5000"),
             };
-            let response = reqwest::get(url).await?.error_for_status()?;
+            let response = self.admin_get(&path).send().await?.error_for_status()?;
             let version = response
                 .headers()
                 .get("x-version")
@@ -306,7 +336,9 @@ impl Autoscaler {
 
     /// The pools' status, from the admin API.
     pub async fn pools(&self) -> Result<Vec<autoscaler::admin::PoolStatus>> {
-        Ok(reqwest::get(format!("{}/pools", self.admin_url))
+        Ok(self
+            .admin_get("/pools")
+            .send()
             .await?
             .error_for_status()?
             .json()
@@ -318,6 +350,7 @@ async fn spawn_autoscaler(
     config_path: &Path,
     env: &[(String, String)],
     wrap: &[String],
+    log_file: Option<&Path>,
 ) -> Result<(Proc, String, String)> {
     let mut command = match wrap.split_first() {
         Some((program, options)) => {
@@ -329,10 +362,22 @@ async fn spawn_autoscaler(
     };
     command.arg("run").arg("--config").arg(config_path);
     command.envs(env.iter().map(|(k, v)| (k, v)));
-    if std::env::var_os("RUST_LOG").is_none() {
-        command.env("RUST_LOG", "autoscaler=info,warn");
-    }
-    let (proc, mut urls) = Proc::spawn_announcing("autoscaler", command, 2).await?;
+    let (proc, mut urls) = match log_file {
+        Some(path) => {
+            command.env("RUST_LOG", "debug");
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?;
+            Proc::spawn_announcing_logging("autoscaler", command, 2, file.into()).await?
+        }
+        None => {
+            if std::env::var_os("RUST_LOG").is_none() {
+                command.env("RUST_LOG", "autoscaler=info,warn");
+            }
+            Proc::spawn_announcing("autoscaler", command, 2).await?
+        }
+    };
     let admin = urls.remove(1);
     let api = urls.remove(0);
     Ok((proc, api, admin))
@@ -346,8 +391,13 @@ fn config_toml(
     extra: &Extra<'_>,
 ) -> String {
     let (server_extra, upstream_extra) = (extra.server, extra.upstream);
+    let admin_extra = if extra.admin_token.is_some() {
+        "token_file = \"admin.token\""
+    } else {
+        ""
+    };
     let mut toml = format!(
-        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n\n\
+        "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n\n\
          [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n{upstream_extra}\n\n"
     );
     for p in pools {

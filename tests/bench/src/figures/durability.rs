@@ -31,6 +31,7 @@ fn record(id: u64) -> JobRecord {
         held: false,
         spooled: Vec::new(),
         artifact_refusal: None,
+        timeline: Vec::new(),
     }
 }
 

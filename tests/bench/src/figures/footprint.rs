@@ -198,6 +198,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             held: false,
             spooled: Vec::new(),
             artifact_refusal: None,
+            timeline: Vec::new(),
         })?;
         store.put_payload(id, payload)?;
     }

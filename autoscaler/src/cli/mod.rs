@@ -1,5 +1,10 @@
 //! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`,
-//! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE`.
+//! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE`,
+//! `autoscaler import-config FILE`, and the operator's commands that call a running
+//! autoscaler's admin API (`admin.rs`).
+
+mod admin;
+mod table;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,6 +80,8 @@ enum Command {
         #[arg(long)]
         policy: PathBuf,
     },
+    #[command(flatten)]
+    Admin(admin::AdminCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,6 +163,7 @@ impl Cli {
                 output,
                 provisioners_dir,
             } => crate::import::import_config(&file, output.as_deref(), provisioners_dir),
+            Command::Admin(command) => admin::run(command),
         }
     }
 }

@@ -1,0 +1,164 @@
+//! Levels counted from the live state at each scrape: machines by state, job slots by state,
+//! jobs by phase. Counting at scrape time keeps them exact (no gauge to keep in step with every
+//! transition) and costs one pass over machines and jobs per scrape.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::core::machine::MachineState;
+use crate::jobs::{Jobs, SidecarLoad};
+use crate::machines::PoolMachines;
+use crate::pools::Pool;
+
+/// Every pool has one source and one class of machine today; the labels are there so that
+/// dashboards keep working when pools get several.
+const DEFAULT_SOURCE: &str = "default";
+const DEFAULT_CLASS: &str = "default";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MachineLabels {
+    pool: String,
+    source: String,
+    class: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotLabels {
+    pool: String,
+    /// `idle`, `reserved` (handed a job not yet started) or `busy`.
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    pool: String,
+    phase: String,
+}
+
+/// What the levels are counted from.
+#[derive(Debug)]
+pub struct Levels {
+    pub pools: Vec<Arc<Pool>>,
+    pub machines: HashMap<String, Arc<PoolMachines>>,
+    pub jobs: Arc<Jobs>,
+}
+
+impl Levels {
+    fn machines(&self) -> Family<MachineLabels, Gauge> {
+        let family = Family::<MachineLabels, Gauge>::default();
+        for (pool, machines) in &self.machines {
+            let labels = |state: MachineState| MachineLabels {
+                pool: pool.clone(),
+                source: DEFAULT_SOURCE.into(),
+                class: DEFAULT_CLASS.into(),
+                state: state.name().into(),
+            };
+            // Every live state, zeros included, so that a dashboard sees a pool go to zero.
+            for state in MachineState::ALL.into_iter().filter(|s| !s.is_gone()) {
+                let _ = family.get_or_create(&labels(state));
+            }
+            for m in machines.snapshot().iter().filter(|m| !m.state.is_gone()) {
+                family.get_or_create(&labels(m.state)).inc();
+            }
+        }
+        family
+    }
+
+    /// Slots of the machines that take jobs: busy (a job started), reserved (a job handed out
+    /// and not yet started), idle (what is left of the machine's capacity and uses).
+    fn slots(&self) -> Family<SlotLabels, Gauge> {
+        let family = Family::<SlotLabels, Gauge>::default();
+        let load = self.jobs.load_by_sidecar();
+        for pool in &self.pools {
+            let Some(machines) = self.machines.get(pool.name()) else {
+                continue;
+            };
+            let scaling = &pool.config.scaling;
+            let (mut idle, mut reserved, mut busy) = (0_i64, 0_i64, 0_i64);
+            for m in machines.snapshot().iter().filter(|m| m.state.takes_jobs()) {
+                let l = m
+                    .sidecar
+                    .and_then(|s| load.get(&s).copied())
+                    .unwrap_or(SidecarLoad::default());
+                let mut free = scaling
+                    .capacity_per_machine
+                    .saturating_sub(l.assigned + l.running);
+                if scaling.max_use_count > 0 {
+                    free = free.min(scaling.max_use_count.saturating_sub(m.use_count));
+                }
+                idle += i64::from(free);
+                reserved += i64::from(l.assigned);
+                busy += i64::from(l.running);
+            }
+            for (state, n) in [("idle", idle), ("reserved", reserved), ("busy", busy)] {
+                family
+                    .get_or_create(&SlotLabels {
+                        pool: pool.name().into(),
+                        state: state.into(),
+                    })
+                    .set(n);
+            }
+        }
+        family
+    }
+
+    fn jobs(&self) -> Family<JobLabels, Gauge> {
+        let family = Family::<JobLabels, Gauge>::default();
+        let by_phase = self.jobs.phases_by_pool();
+        for pool in &self.pools {
+            for phase in crate::core::job::JobPhase::NAMES {
+                let n = by_phase
+                    .get(pool.name())
+                    .and_then(|p| p.get(phase))
+                    .copied()
+                    .unwrap_or(0);
+                family
+                    .get_or_create(&JobLabels {
+                        pool: pool.name().into(),
+                        phase: phase.into(),
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
+        family
+    }
+}
+
+fn emit(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let metric_encoder = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(metric_encoder)
+}
+
+impl Collector for Levels {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        emit(
+            &mut encoder,
+            "autoscaler_machines",
+            "Machines by pool, source, class and state (gone ones not counted)",
+            &self.machines(),
+        )?;
+        emit(
+            &mut encoder,
+            "autoscaler_job_slots",
+            "Job slots of the machines taking jobs: idle, reserved (handed a job not yet started), busy",
+            &self.slots(),
+        )?;
+        emit(
+            &mut encoder,
+            "autoscaler_jobs",
+            "Jobs the autoscaler holds, by pool and phase (finished ones until they are forgotten)",
+            &self.jobs(),
+        )
+    }
+}

@@ -1,0 +1,282 @@
+//! Prometheus metrics, served on the admin listener at `/metrics` (OpenMetrics text).
+//!
+//! One [`Metrics`] is made at start and handed to every part that records something, as an
+//! `Arc`: no global registry, so tests can run services side by side. Two kinds of figure:
+//!
+//! - **events**, recorded where they happen: provisioner calls (`script.rs`), calls to GitLab
+//!   (the [`MeteredUpstream`] decorator, for relayed calls and the autoscaler's own alike),
+//!   requests to the mirrored API (a tower layer, `layer.rs`), scale actions (the controller's
+//!   plan, through `decisions.rs`), a job's wait for a sidecar (`jobs/`), store flushes;
+//!   machine creation, readiness, deletion and lifetime are read from the machines' timelines
+//!   (`machines.rs`), so the machine code only keeps its timeline;
+//! - **levels**, counted at each scrape from the live state (`levels.rs`): machines by state,
+//!   job slots, jobs by phase.
+//!
+//! Every family is listed, with its labels, in the README's "Metrics" section.
+
+mod layer;
+mod levels;
+mod machines;
+mod upstream;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+pub use layer::record_request;
+pub use levels::Levels;
+pub use machines::watch_machines;
+pub use upstream::{MeteredUpstream, Origin};
+
+/// A histogram family whose buckets come from a plain function.
+type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleLabels {
+    pub pool: String,
+    /// `create`, `drain`, `destroy`, or `blocked` (machines wanted, provisioner paused).
+    pub action: String,
+    /// The planner's reason code (`core::scaler::Reason`).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvisionerLabels {
+    pub pool: String,
+    pub verb: String,
+    /// `ok`, `retry_later` (exit 75), `permanent` (exit 78), `failed` (any other exit or a
+    /// signal), `timeout`, `invalid_response`, `output_too_large`, `spawn_error`.
+    pub exit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    /// `relay` (a sidecar's call passed on) or `autoscaler` (its own: job requests, token
+    /// checks, keep-alives, acknowledgements, spooled uploads, final states).
+    pub origin: String,
+    pub endpoint: String,
+    /// GitLab's status code, `timeout` or `unreachable`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MirrorLabels {
+    /// The route as declared, e.g. `PUT /api/v4/jobs/{id}`.
+    pub endpoint: String,
+    pub status: String,
+}
+
+/// The registry and every family recorded by events.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// From the request to the provider reporting the machine running.
+    pub machine_creation: Timings<PoolLabel>,
+    /// From the request to the sidecar's first job request (the machine counts as capacity).
+    pub machine_readiness: Timings<PoolLabel>,
+    /// From the destroy decision to the provider reporting the machine gone.
+    pub machine_deletion: Timings<PoolLabel>,
+    /// From the request to gone.
+    pub machine_lifetime: Timings<PoolLabel>,
+    pub machine_failures: Family<PoolLabel, Counter>,
+    pub scale_actions: Family<ScaleLabels, Counter>,
+    pub provisioner_calls: Timings<ProvisionerLabels>,
+    pub upstream_requests: Timings<UpstreamLabels>,
+    pub mirror_requests: Timings<MirrorLabels>,
+    /// From GitLab's hand-over to the autoscaler to the first call of the sidecar running it.
+    pub job_wait: Timings<PoolLabel>,
+    pub store_flush: Histogram,
+}
+
+fn timings<L: Clone + std::hash::Hash + Eq>(buckets: fn() -> Histogram) -> Timings<L> {
+    Family::new_with_constructor(buckets)
+}
+
+fn machine_buckets() -> Histogram {
+    Histogram::new([
+        1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
+    ])
+}
+
+fn lifetime_buckets() -> Histogram {
+    Histogram::new([
+        60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+    ])
+}
+
+fn call_buckets() -> Histogram {
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ])
+}
+
+fn provisioner_buckets() -> Histogram {
+    Histogram::new([
+        0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    ])
+}
+
+fn wait_buckets() -> Histogram {
+    Histogram::new([
+        0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0,
+    ])
+}
+
+fn flush_buckets() -> Histogram {
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    ])
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let metrics = Self {
+            registry: Mutex::new(Registry::default()),
+            machine_creation: timings(machine_buckets),
+            machine_readiness: timings(machine_buckets),
+            machine_deletion: timings(machine_buckets),
+            machine_lifetime: timings(lifetime_buckets),
+            machine_failures: Family::default(),
+            scale_actions: Family::default(),
+            provisioner_calls: timings(provisioner_buckets),
+            upstream_requests: timings(call_buckets),
+            mirror_requests: timings(call_buckets),
+            job_wait: timings(wait_buckets),
+            store_flush: flush_buckets(),
+        };
+        metrics.register_families();
+        metrics
+    }
+
+    fn register_families(&self) {
+        let mut r = self.lock();
+        r.register(
+            "autoscaler_machine_creation_seconds",
+            "From a machine's request to the provider reporting it running",
+            self.machine_creation.clone(),
+        );
+        r.register(
+            "autoscaler_machine_readiness_seconds",
+            "From a machine's request to its sidecar's first job request (capacity from then on)",
+            self.machine_readiness.clone(),
+        );
+        r.register(
+            "autoscaler_machine_deletion_seconds",
+            "From the decision to destroy a machine to the provider reporting it gone",
+            self.machine_deletion.clone(),
+        );
+        r.register(
+            "autoscaler_machine_lifetime_seconds",
+            "From a machine's request to its being gone",
+            self.machine_lifetime.clone(),
+        );
+        r.register(
+            "autoscaler_machine_failures",
+            "Machines that failed (unreachable, injection failed, sidecar lost, provider says failed)",
+            self.machine_failures.clone(),
+        );
+        r.register(
+            "autoscaler_scale_actions",
+            "Scale actions taken, by action and the planner's reason code",
+            self.scale_actions.clone(),
+        );
+        r.register(
+            "autoscaler_provisioner_call_seconds",
+            "Provisioner calls, by verb and exit class, and how long each took",
+            self.provisioner_calls.clone(),
+        );
+        r.register(
+            "autoscaler_upstream_request_seconds",
+            "Calls to GitLab (relayed and the autoscaler's own) until GitLab's answer headers, by endpoint and outcome",
+            self.upstream_requests.clone(),
+        );
+        r.register(
+            "autoscaler_mirror_request_seconds",
+            "Requests to the mirrored runner API until the answer headers, by route and status",
+            self.mirror_requests.clone(),
+        );
+        r.register(
+            "autoscaler_job_wait_seconds",
+            "From GitLab handing a job to the autoscaler to the first call of the sidecar that runs it",
+            self.job_wait.clone(),
+        );
+        r.register(
+            "autoscaler_store_flush_seconds",
+            "Flushes of the store to disk (one per group of writers)",
+            self.store_flush.clone(),
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds the levels counted from live state at every scrape.
+    pub fn register_levels(&self, levels: Levels) {
+        self.lock().register_collector(Box::new(levels));
+    }
+
+    /// Everything, in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.lock()) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
+        out
+    }
+
+    pub fn provisioner_call(&self, pool: &str, verb: &str, exit: &str, took: Duration) {
+        self.provisioner_calls
+            .get_or_create(&ProvisionerLabels {
+                pool: pool.to_string(),
+                verb: verb.to_string(),
+                exit: exit.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn scale_action(&self, pool: &str, action: &str, reason: &str, machines: u64) {
+        self.scale_actions
+            .get_or_create(&ScaleLabels {
+                pool: pool.to_string(),
+                action: action.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc_by(machines);
+    }
+
+    pub fn job_waited(&self, pool: &str, waited_ms: u64) {
+        self.job_wait
+            .get_or_create(&PoolLabel {
+                pool: pool.to_string(),
+            })
+            .observe(seconds(waited_ms));
+    }
+}
+
+/// Milliseconds as seconds, for histograms.
+#[allow(clippy::cast_precision_loss)] // Durations in ms stay far below 2^52.
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests;
