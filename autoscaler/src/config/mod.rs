@@ -22,7 +22,9 @@ use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
 
 use crate::secret::Secret;
-pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
+pub use pool::{
+    Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode, SidecarStart,
+};
 pub use reader::Problem;
 use reader::{Problems, Section};
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};

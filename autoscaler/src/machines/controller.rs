@@ -279,7 +279,11 @@ impl PoolController {
         }
         if plan.create > 0 {
             tracing::info!(pool = %self.pool(), create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
-            match self.machines.create(plan.create).await {
+            match self
+                .machines
+                .create_for(plan.create, Some(self.launcher.as_ref()))
+                .await
+            {
                 Ok(n) if n < plan.create => {
                     tracing::debug!(pool = %self.pool(), asked = plan.create, created = n, "creation throttled or paused");
                 }

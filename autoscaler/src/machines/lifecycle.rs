@@ -2,6 +2,7 @@
 //! guarded by the circuit breaker), reconcile against `list`, refresh a machine that runs,
 //! destroy (retried with backoff until the provider agrees it is gone).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{MachinesError, PoolMachines, sources};
@@ -10,7 +11,9 @@ use crate::core::backoff::Backoff;
 use crate::core::breaker::BreakerState;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::reconcile::{self, Action, Known, Listed, ProviderState};
+use crate::launcher::SidecarLauncher;
 use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
+use crate::secret::Secret;
 use crate::store::{Endpoint, HostKey, HostKeySource, MachineRecord};
 
 /// A machine the provider is taking back, and its notice.
@@ -29,9 +32,20 @@ impl PoolMachines {
     /// Asks the pool's sources, in order, for up to `wanted` machines, as each one's maximum,
     /// throttle and circuit breaker allow. Returns how many were asked for.
     pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
+        self.create_for(wanted, None).await
+    }
+
+    /// [`PoolMachines::create`], with each machine's sidecar prepared by `launcher` first when
+    /// it starts from user-data (its token is minted before the provider hears of the machine).
+    pub async fn create_for(
+        &self,
+        wanted: u32,
+        launcher: Option<&dyn SidecarLauncher>,
+    ) -> Result<u32, MachinesError> {
         let now = self.clock.now();
         let mut left = wanted;
         let mut asked = Vec::new();
+        let mut user_data = HashMap::new();
         for (i, source) in self.sources.iter().enumerate() {
             if left == 0 {
                 break;
@@ -50,11 +64,30 @@ impl PoolMachines {
             for _ in 0..n {
                 let mut record = self.new_record(MachineState::Requested)?;
                 record.source = source.name().to_string();
+                if let Some(launcher) = launcher {
+                    match launcher.prepare(&record.id).await {
+                        Ok(Some(p)) => {
+                            record.sidecar = Some(p.sidecar);
+                            user_data.insert(record.id.clone(), p.user_data);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::error!(pool = %self.pool(), machine.id = %record.id, error = %e, "cannot prepare the machine's sidecar; not creating it");
+                            break;
+                        }
+                    }
+                }
                 ids.push(record.id.clone());
                 self.insert(record)?;
             }
-            asked.push((source, ids));
-            left -= n;
+            let made = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            if made > 0 {
+                asked.push((source, ids));
+            }
+            left -= made;
+            if made < n {
+                break;
+            }
         }
         if asked.is_empty() {
             return Ok(0);
@@ -62,9 +95,10 @@ impl PoolMachines {
         // A machine we ask for must be in the store before the provider hears of it: after a
         // crash, its key finds it again.
         self.store.durable().await?;
+        let user_data = &user_data;
         let calls = asked.iter().flat_map(|(source, ids)| {
             ids.chunks(source.batch())
-                .map(move |batch| self.create_batch(source, batch.to_vec()))
+                .map(|batch| self.create_batch(source, batch.to_vec(), &user_data))
         });
         futures::future::join_all(calls).await;
         Ok(wanted - left)
@@ -89,7 +123,12 @@ impl PoolMachines {
         labels
     }
 
-    async fn create_batch(&self, source: &sources::Source, ids: Vec<String>) {
+    async fn create_batch(
+        &self,
+        source: &sources::Source,
+        ids: Vec<String>,
+        user_data: &HashMap<String, Secret>,
+    ) {
         let mut labels = self.source_labels(source);
         let machines = ids
             .iter()
@@ -98,6 +137,7 @@ impl PoolMachines {
                 CreateItem {
                     key: id.clone(),
                     labels: labels.clone(),
+                    user_data: user_data.get(id).cloned(),
                 }
             })
             .collect();
@@ -422,6 +462,20 @@ impl PoolMachines {
         };
         if let Err(e) = result {
             tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot record the machine's status");
+        }
+    }
+
+    /// The state the provider's `status` gives a machine (judging a silent machine that the
+    /// autoscaler does not connect to).
+    pub async fn provider_state(&self, m: &MachineRecord) -> Result<ProviderState, String> {
+        let provider_id = m.provider_id.as_deref().ok_or("it has no provider id")?;
+        let source = self.source_of(m);
+        match source.provisioner().status(provider_id).await {
+            Ok(status) => Ok(status.state),
+            Err(e) => {
+                self.provisioner_failed(source, &e, "status");
+                Err(format!("status failed: {e}"))
+            }
         }
     }
 

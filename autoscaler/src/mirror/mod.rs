@@ -10,6 +10,7 @@ mod job_request;
 mod params;
 mod relay;
 mod runners;
+mod sidecar_binary;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,9 @@ pub struct App {
     pub machines: HashMap<String, Arc<PoolMachines>>,
     /// Registration token digest → pool name.
     registration: HashMap<TokenDigest, String>,
+    /// Sidecar binaries machines fetch at boot (pools that start sidecars from user-data),
+    /// by SHA-256.
+    sidecar_binaries: HashMap<String, std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +102,14 @@ impl App {
             limits,
             machines: HashMap::new(),
             registration,
+            sidecar_binaries: HashMap::new(),
         }
+    }
+
+    /// Serves these sidecar binaries (SHA-256 → file) to machines that fetch their own.
+    pub fn with_sidecar_binaries(mut self, binaries: HashMap<String, std::path::PathBuf>) -> Self {
+        self.sidecar_binaries = binaries;
+        self
     }
 
     /// Adds the machine service of a pool (pools with a provisioner).
@@ -176,6 +187,10 @@ fn routes(app: Arc<App>) -> Router {
         .route(
             "/api/v4/jobs/{id}/artifacts",
             post(relay::upload_artifacts).get(relay::download_artifacts),
+        )
+        .route(
+            "/autoscaler/v1/sidecar-binary/{sha256}",
+            get(sidecar_binary::download),
         )
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
