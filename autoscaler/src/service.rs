@@ -372,7 +372,11 @@ fn machine_controllers(
                 if let Some((path, sum)) = injector.binary() {
                     binaries.insert(sum.to_string(), path.to_path_buf());
                 }
-                Arc::new(UserDataLauncher::new(injector, sidecars.clone(), pool.name()))
+                Arc::new(UserDataLauncher::new(
+                    injector,
+                    sidecars.clone(),
+                    pool.name(),
+                ))
             }
         };
         let controller = PoolController::new(

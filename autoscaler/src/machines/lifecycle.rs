@@ -98,7 +98,7 @@ impl PoolMachines {
         let user_data = &user_data;
         let calls = asked.iter().flat_map(|(source, ids)| {
             ids.chunks(source.batch())
-                .map(|batch| self.create_batch(source, batch.to_vec(), &user_data))
+                .map(|batch| self.create_batch(source, batch.to_vec(), user_data))
         });
         futures::future::join_all(calls).await;
         Ok(wanted - left)

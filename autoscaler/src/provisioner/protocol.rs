@@ -27,6 +27,9 @@ pub struct Capabilities {
     pub max_batch: Option<u32>,
     #[serde(default)]
     pub host_key: bool,
+    /// `create` honours each machine's own `user_data` (sidecars started at boot).
+    #[serde(default)]
+    pub machine_user_data: bool,
 }
 
 impl Capabilities {

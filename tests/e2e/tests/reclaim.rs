@@ -106,10 +106,7 @@ async fn a_machine_reclaimed_before_its_next_job_gets_none_and_the_job_runs_on_a
     let view = r.gitlab.control.wait_final(next, WITHIN).await?;
     let trace = r.trace(next).await?;
     ensure!(view.status == JobStatus::Success, "{view:?}\n{trace}");
-    ensure!(
-        r.created()? == 2,
-        "a second machine was made for the job"
-    );
+    ensure!(r.created()? == 2, "a second machine was made for the job");
     let machines = r.autoscaler.machines().await?;
     let reclaimed = machines.iter().find(|m| m.id == idle.id);
     ensure!(

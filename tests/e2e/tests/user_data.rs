@@ -58,7 +58,10 @@ async fn machines_that_start_their_sidecars_from_user_data_run_jobs_without_ssh(
     for id in &jobs {
         let view = gitlab.control.wait_final(*id, WITHIN).await?;
         let trace = String::from_utf8_lossy(&gitlab.control.trace(*id).await?).into_owned();
-        ensure!(view.status == JobStatus::Success, "job {id}: {view:?}\n{trace}");
+        ensure!(
+            view.status == JobStatus::Success,
+            "job {id}: {view:?}\n{trace}"
+        );
     }
 
     // Both machines become capacity once their sidecars poll (the second may not have been
@@ -69,9 +72,9 @@ async fn machines_that_start_their_sidecars_from_user_data_run_jobs_without_ssh(
                 && ms.iter().all(|m| {
                     m.state == MachineState::Ready
                         && m.sidecar.is_some()
-                        && m.timeline.iter().any(|t| {
-                            t.reason.as_deref() == Some("its sidecar asked for a job")
-                        })
+                        && m.timeline
+                            .iter()
+                            .any(|t| t.reason.as_deref() == Some("its sidecar asked for a job"))
                 })
         })
         .await?;
@@ -91,7 +94,11 @@ async fn machines_that_start_their_sidecars_from_user_data_run_jobs_without_ssh(
             "nobody logged in over SSH:\n{sshd_log}"
         );
         let sidecar = sandbox.join("home/autoscaler-sidecar/bin/sidecar");
-        ensure!(sidecar.is_file(), "{} fetched its sidecar", sandbox.display());
+        ensure!(
+            sidecar.is_file(),
+            "{} fetched its sidecar",
+            sandbox.display()
+        );
     }
     Ok(())
 }
