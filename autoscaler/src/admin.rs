@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::routing::get;
+use axum::http::Method;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,7 @@ use crate::core::breaker::BreakerState;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
 use crate::pools::Pool;
+use crate::routes::Routes;
 use crate::store::MachineRecord;
 
 #[derive(Debug)]
@@ -68,11 +69,15 @@ struct MachineQuery {
 }
 
 pub fn router(admin: Arc<Admin>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/pools", get(pools))
-        .route("/machines", get(machines))
-        .with_state(admin)
+    route_table().into_router().with_state(admin)
+}
+
+/// Every route of the admin API; `api-spec/admin-api.yaml` documents each one (tested).
+pub fn route_table() -> Routes<Arc<Admin>> {
+    Routes::default()
+        .add(Method::GET, "/healthz", healthz)
+        .add(Method::GET, "/pools", pools)
+        .add(Method::GET, "/machines", machines)
 }
 
 /// Tells monitoring (and a deploy script waiting for the drain) whether the service still

@@ -52,6 +52,19 @@ enum Command {
     /// Provisioner tools.
     #[command(subcommand)]
     Provisioner(ProvisionerCommand),
+    /// Turn a gitlab-runner config.toml that autoscales ([runners.autoscaler] or
+    /// [runners.machine]) into a configuration for this autoscaler, naming every setting that
+    /// could not be carried over (on stderr).
+    ImportConfig {
+        /// The gitlab-runner configuration.
+        file: PathBuf,
+        /// Write the configuration here (mode 600: it holds the runners' tokens), not stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Where the provisioners are installed.
+        #[arg(long, default_value = crate::import::DEFAULT_PROVISIONERS_DIR)]
+        provisioners_dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +123,11 @@ impl Cli {
                 pool,
                 timeout,
             }) => check_provisioner(path, env, pool, timeout),
+            Command::ImportConfig {
+                file,
+                output,
+                provisioners_dir,
+            } => crate::import::import_config(&file, output.as_deref(), provisioners_dir),
         }
     }
 }

@@ -152,7 +152,8 @@ impl PoolQueue {
             s.waiters
                 .retain(|w| !w.tx.is_closed() && self.may_take(w.sidecar));
             let project = self.jobs.project_of(job);
-            while let Some(w) = self.take_best_waiter(&mut s, project) {
+            let class = self.jobs.class_of(job);
+            while let Some(w) = self.take_best_waiter(&mut s, project, class.as_deref()) {
                 if let Err(e) = self
                     .jobs
                     .apply(job, JobEvent::HandedOut { sidecar: w.sidecar })
@@ -193,12 +194,17 @@ impl PoolQueue {
     }
 
     /// Removes and returns the waiter best suited to a job of `project`.
-    fn take_best_waiter(&self, s: &mut QueueState, project: Option<u64>) -> Option<Waiter> {
+    fn take_best_waiter(
+        &self,
+        s: &mut QueueState,
+        project: Option<u64>,
+        class: Option<&str>,
+    ) -> Option<Waiter> {
         let sidecars: Vec<SidecarId> = s.waiters.iter().map(|w| w.sidecar).collect();
-        let fits: Vec<Fit> = self
+        let fits: Vec<Option<Fit>> = self
             .placements(&sidecars)
             .iter()
-            .map(|p| Fit::new(p.last_project, project, p.running))
+            .map(|p| Fit::of(p, project, class))
             .collect();
         s.waiters.remove(routing::best(&fits)?)
     }
@@ -206,14 +212,20 @@ impl PoolQueue {
     /// Removes and returns the ready job that suits `sidecar` best (of its machine's last
     /// project if one is ready, else the oldest).
     fn take_ready_for(&self, s: &mut QueueState, sidecar: SidecarId) -> Option<JobId> {
-        if s.ready.len() <= 1 {
-            return s.ready.pop_front();
+        if s.ready.is_empty() {
+            return None;
         }
-        let last_project = self.placements(&[sidecar])[0].last_project;
-        let fits: Vec<Fit> = s
+        let machine = Placement {
+            running: 0,
+            ..self.placements(&[sidecar]).swap_remove(0)
+        };
+        let fits: Vec<Option<Fit>> = s
             .ready
             .iter()
-            .map(|job| Fit::new(last_project, self.jobs.project_of(*job), 0))
+            .map(|job| {
+                let class = self.jobs.class_of(*job);
+                Fit::of(&machine, self.jobs.project_of(*job), class.as_deref())
+            })
             .collect();
         s.ready.remove(routing::best(&fits)?)
     }

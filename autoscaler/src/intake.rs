@@ -21,6 +21,10 @@ use crate::pools::Pool;
 use crate::sidecars::Sidecars;
 use crate::upstream::{JobRequest, JobRequestOutcome, Upstream, UpstreamError};
 
+#[cfg(test)]
+#[path = "intake_tests.rs"]
+mod tests;
+
 #[derive(Debug)]
 pub struct Intake {
     pub pool: Arc<Pool>,
@@ -178,13 +182,19 @@ impl Intake {
             }
             mode => mode,
         };
+        // As many jobs as the pool could run at once; machines are made for them.
+        let room = || {
+            let s = &self.pool.config.scaling;
+            let capacity = s.max_machines as usize * s.capacity_per_machine as usize;
+            capacity.saturating_sub(self.jobs.active_in_pool(self.pool.name()))
+        };
         let wanted = match mode {
             config::Intake::Preemptive => self.pool.queue.demand(),
-            config::Intake::OnDemand => {
-                // As many jobs as the pool could run at once; machines are made for them.
-                let s = &self.pool.config.scaling;
-                let capacity = s.max_machines as usize * s.capacity_per_machine as usize;
-                capacity.saturating_sub(self.jobs.active_in_pool(self.pool.name()))
+            config::Intake::OnDemand => room(),
+            config::Intake::Hybrid => {
+                let ahead = self.pool.config.scaling.hybrid_ahead as usize;
+                let waiting = self.jobs.waiting_in_pool(self.pool.name()).len();
+                (self.pool.queue.demand() + ahead.saturating_sub(waiting)).min(room())
             }
         };
         wanted.min(limit)
@@ -267,6 +277,12 @@ impl Intake {
                     "job {id} could not be stored; it goes back to GitLab as a failure"
                 ),
             },
+            Ok(Accepted::Refused(id)) => {
+                if let Err(e) = self.jobs.durable().await {
+                    tracing::error!(job.id = %id, error = %e, "the store cannot flush; the job would not survive a crash");
+                }
+                Round::Job(id)
+            }
             Ok(Accepted::Again(id)) => {
                 tracing::warn!(job.id = %id, "GitLab answered with a job we already hold; ignored");
                 Round::Job(id)

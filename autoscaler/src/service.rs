@@ -343,6 +343,7 @@ fn machine_controllers(
                 create_rate: source.create_rate,
                 create_burst: source.create_burst,
                 user_data: source.user_data.clone(),
+                reclaim_cooldown: source.reclaim_cooldown,
             })
             .collect();
         let settings = MachinesSettings {
@@ -358,7 +359,18 @@ fn machine_controllers(
             key.clone(),
             sidecar.clone(),
             public_url.to_string(),
-            pool.config.scaling.capacity_per_machine,
+            // The sidecar holds as many job requests as the largest class runs jobs; the slot
+            // gate keeps each machine to its own class's capacity.
+            pool.config
+                .classes
+                .as_ref()
+                .map_or(pool.config.scaling.capacity_per_machine, |c| {
+                    c.list
+                        .iter()
+                        .map(|class| class.capacity_per_machine)
+                        .max()
+                        .unwrap_or(1)
+                }),
         )
         .map_err(|e| setup(pool.name(), e.to_string()))?
         .with_ca(config.server.tls.as_ref().map(|t| SidecarCa {
@@ -388,11 +400,15 @@ fn machine_controllers(
             ControllerSettings {
                 scaling: pool.config.scaling.clone(),
                 policies: pool.config.policies.clone(),
+                classes: pool.config.classes.clone(),
                 reconcile_interval: p.reconcile_interval,
                 ready_timeout: sidecar.ready_timeout,
                 silence_timeout: sidecar.silence_timeout,
             },
         );
+        if let Some(classes) = &pool.config.classes {
+            jobs.set_classes(pool.name(), classes.clone());
+        }
         controller.recover();
         pool.queue.set_gate(controller.clone());
         tracing::info!(pool = %pool.name(), provisioner = %p.command.display(), machines = controller.machines.live().len(), "pool scales with its provisioner");

@@ -4,10 +4,12 @@
 //! Everything is validated before the service binds a port or touches its store, and every
 //! problem is reported at once with its key path.
 
+mod classes;
 mod env;
 mod policy;
 mod pool;
 mod reader;
+mod sources;
 mod tls;
 mod values;
 

@@ -32,6 +32,8 @@ pub struct PoolConfig {
     /// the `[[pools.sources]]` entries (the first is also `provisioner`).
     pub sources: Vec<ProvisionerConfig>,
     pub scaling: ScalingConfig,
+    /// `[[pools.classes]]`: kinds of machine a job chooses with a CI variable (`None`: one).
+    pub classes: Option<crate::core::classes::Classes>,
     /// `[[pools.policy]]`: idle settings for cron periods; the last matching entry wins over
     /// the `[pools.scaling]` ones.
     pub policies: Vec<PolicyEntry>,
@@ -56,6 +58,9 @@ pub struct ProvisionerConfig {
     pub name: String,
     /// Most live machines from this source; beyond it, machines come from the next source.
     pub max_machines: Option<u32>,
+    /// After the provider reclaims one of this source's machines (spot), new machines come
+    /// from the next sources for this long.
+    pub reclaim_cooldown: Option<Duration>,
     pub command: PathBuf,
     pub env: BTreeMap<String, String>,
     pub max_concurrency: usize,
@@ -78,6 +83,11 @@ pub enum Intake {
     Preemptive,
     /// Ask GitLab while the pool has room to run more jobs, and make machines for them.
     OnDemand,
+    /// Preemptive for the sidecars that wait, plus at most `hybrid_ahead` jobs taken ahead of
+    /// any sidecar, for which machines are made: idle machines start jobs at once, and a burst
+    /// starts machines without letting the pool take more of GitLab's queue than it can start
+    /// soon (other runners may take the rest).
+    Hybrid,
 }
 
 #[derive(Debug, Clone)]
@@ -97,6 +107,8 @@ pub struct ScalingConfig {
     /// Most idle slots `scale_factor` may ask for; 0 is no limit.
     pub scale_factor_limit: u32,
     pub intake: Intake,
+    /// `hybrid` intake: most jobs held waiting for a machine at once.
+    pub hybrid_ahead: u32,
     /// How long a job taken from GitLab may wait for a machine before it is failed.
     pub acquire_timeout: Duration,
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
@@ -116,6 +128,7 @@ impl Default for ScalingConfig {
             scale_factor: 0.0,
             scale_factor_limit: 0,
             intake: Intake::OnDemand,
+            hybrid_ahead: 4,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
         }
@@ -182,9 +195,14 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let assign_ack_timeout = s
         .parsed("assign_ack_timeout", values::duration)
         .unwrap_or(Duration::from_secs(120));
-    let sources = read_sources(&s, base_dir);
+    let sources = super::sources::read_sources(&s, base_dir);
     let provisioner = sources.as_ref().map(|all| all.first().cloned());
     let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
+    let classes = super::classes::read_classes(
+        &s,
+        sources.as_deref().unwrap_or_default(),
+        scaling.capacity_per_machine,
+    );
     let policies = super::policy::read_policies(s.tables("policy"));
     if !policies.is_empty() && provisioner.is_none() {
         s.problem("policy", "only applies to pools with a provisioner");
@@ -216,131 +234,14 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         provisioner: provisioner.flatten(),
         sources: sources.unwrap_or_default(),
         scaling,
+        classes,
         policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
         sidecar: sidecar.flatten(),
     })
 }
 
-fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
+pub(super) fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
     s.parsed(key, values::duration).unwrap_or(default)
-}
-
-/// `[pools.provisioner]` (one source, `default`) or `[[pools.sources]]` (several, tried in
-/// order): `None` when the pool has neither (static), `Some(empty)` when they do not read.
-fn read_sources(s: &Section<'_>, base_dir: &Path) -> Option<Vec<ProvisionerConfig>> {
-    let listed = s.tables("sources");
-    let single = s.table("provisioner");
-    if single.is_some() && !listed.is_empty() {
-        s.problem(
-            "sources",
-            "give either [pools.provisioner] or [[pools.sources]], not both",
-        );
-        return Some(Vec::new());
-    }
-    if let Some(t) = single {
-        return Some(read_provisioner(t, base_dir, false).into_iter().collect());
-    }
-    if listed.is_empty() {
-        return None;
-    }
-    let count = listed.len();
-    let read: Vec<Option<ProvisionerConfig>> = listed
-        .into_iter()
-        .map(|t| read_provisioner(t, base_dir, true))
-        .collect();
-    let read: Vec<ProvisionerConfig> = read.into_iter().flatten().collect();
-    let mut names = std::collections::BTreeSet::new();
-    for source in &read {
-        if !names.insert(source.name.as_str()) {
-            s.problem(
-                "sources",
-                format!("the name {:?} is used twice", source.name),
-            );
-        }
-    }
-    Some(if read.len() == count {
-        read
-    } else {
-        Vec::new()
-    })
-}
-
-fn read_provisioner(s: Section<'_>, base_dir: &Path, named: bool) -> Option<ProvisionerConfig> {
-    let name: Option<String> = if named {
-        s.required("name")
-    } else {
-        Some(s.or("name", "default".to_string()))
-    };
-    if let Some(n) = &name
-        && let Err(e) = values::pool_name(n)
-    {
-        s.problem("name", e.replace("pool name", "source name"));
-    }
-    let max_machines: Option<u32> = s.optional("max_machines");
-    if max_machines == Some(0) {
-        s.problem(
-            "max_machines",
-            "must be at least 1 (leave it out for no limit)",
-        );
-    }
-    let command: Option<PathBuf> = s.required("command");
-    let command = command.map(|c| resolve(base_dir, c));
-    if let Some(c) = &command
-        && !c.is_file()
-    {
-        s.problem("command", format!("{} is not a file", c.display()));
-    }
-    let env: BTreeMap<String, String> = s.or("env", BTreeMap::new());
-    let max_concurrency: usize = s.or("max_concurrency", 4);
-    if !(1..=64).contains(&max_concurrency) {
-        s.problem("max_concurrency", "must be between 1 and 64");
-    }
-    let create_rate: f64 = s.or("create_rate", 1.0);
-    if !(create_rate > 0.0 && create_rate <= 1000.0) {
-        s.problem("create_rate", "must be above 0 and at most 1000 per second");
-    }
-    let create_burst: u32 = s.or("create_burst", 5);
-    if !(1..=1000).contains(&create_burst) {
-        s.problem("create_burst", "must be between 1 and 1000");
-    }
-    let orphan_policy: OrphanPolicy = s.or("orphan_policy", OrphanPolicy::Destroy);
-    let defaults = Timeouts::default();
-    let mut timeouts = defaults.clone();
-    let mut boot_timeout = Duration::from_secs(600);
-    if let Some(t) = s.table("timeouts") {
-        timeouts = Timeouts {
-            info: duration_or(&t, "info", defaults.info),
-            create: duration_or(&t, "create", defaults.create),
-            list: duration_or(&t, "list", defaults.list),
-            status: duration_or(&t, "status", defaults.status),
-            destroy: duration_or(&t, "destroy", defaults.destroy),
-        };
-        boot_timeout = duration_or(&t, "boot", boot_timeout);
-        t.finish();
-    }
-    if boot_timeout <= timeouts.create {
-        s.problem(
-            "timeouts.boot",
-            "must be longer than timeouts.create (a create may still be running)",
-        );
-    }
-    let reconcile_interval = duration_or(&s, "reconcile_interval", Duration::from_secs(10));
-    let user_data: Option<String> = s.optional("user_data");
-    s.finish();
-    Some(ProvisionerConfig {
-        name: name?,
-        max_machines,
-        command: command?,
-        env,
-        max_concurrency,
-        create_rate,
-        create_burst,
-        orphan_policy,
-        timeouts,
-        boot_timeout,
-        reconcile_interval,
-        user_data,
-    })
 }
 
 fn read_scaling(s: Section<'_>) -> ScalingConfig {
@@ -379,11 +280,23 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         scale_factor,
         scale_factor_limit,
         intake,
+        hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
     scaling
+}
+
+fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {
+    let ahead: u32 = s.or("hybrid_ahead", default);
+    if s.has("hybrid_ahead") && intake != Intake::Hybrid {
+        s.problem("hybrid_ahead", "only applies to intake = \"hybrid\"");
+    }
+    if intake == Intake::Hybrid && !(1..=10_000).contains(&ahead) {
+        s.problem("hybrid_ahead", "must be between 1 and 10000");
+    }
+    ahead
 }
 
 /// GitLab fails a running job 15 minutes after its own timeout, counted from when it became

@@ -342,3 +342,42 @@ fn bad_sources_are_reported_with_their_key_paths() {
     let e = Config::load(&write(&dir, &unnamed), no_env()).unwrap_err();
     assert!(e.to_string().contains("pools[0].sources[0].name"), "{e}");
 }
+
+#[test]
+fn classes_load_with_their_sources_and_the_first_is_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_sources("name = \"spot\"", "name = \"big\"").replace(
+        "[pools.sidecar]",
+        "[[pools.classes]]\nname = \"small\"\n[[pools.classes]]\nname = \"large\"\nsources = [\"big\"]\ncapacity_per_machine = 4\n[pools.sidecar]",
+    );
+    let c = Config::load(&write(&dir, &text), no_env()).unwrap();
+    let classes = c.pools[0].classes.as_ref().unwrap();
+    assert_eq!(classes.default, "small");
+    assert_eq!(classes.variable, "AUTOSCALER_MACHINE_CLASS");
+    let large = classes.get("large").unwrap();
+    assert_eq!(
+        (large.capacity_per_machine, large.sources.clone()),
+        (4, vec!["big".to_string()])
+    );
+    assert_eq!(classes.get("small").unwrap().capacity_per_machine, 1);
+}
+
+#[test]
+fn bad_classes_are_reported_with_their_key_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_sources("name = \"spot\"", "name = \"big\"")
+        .replacen("[[pools.sources]]", "default_class = \"huge\"\n[[pools.sources]]", 1)
+        .replace(
+        "[pools.sidecar]",
+        "[[pools.classes]]\nname = \"small\"\nsources = []\n[[pools.classes]]\nname = \"large\"\nsources = [\"gpu-farm\"]\n[pools.sidecar]",
+    );
+    let e = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let text = e.to_string();
+    for expected in [
+        "pools[0].classes[0].sources: a class needs at least one source",
+        "pools[0].classes[1].sources: \"gpu-farm\" is not one of the pool's sources",
+        "pools[0].default_class: \"huge\" is not one of the pool's classes",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+}

@@ -4,6 +4,7 @@
 pub mod acceptance;
 pub mod backoff;
 pub mod breaker;
+pub mod classes;
 pub mod features;
 pub mod job;
 pub mod machine;

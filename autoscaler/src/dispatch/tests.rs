@@ -140,7 +140,7 @@ impl SlotGate for Machines {
     fn placements(&self, sidecars: &[SidecarId]) -> Vec<Placement> {
         sidecars
             .iter()
-            .map(|s| self.0.get(s).copied().unwrap_or_default())
+            .map(|s| self.0.get(s).cloned().unwrap_or_default())
             .collect()
     }
 }
@@ -151,7 +151,7 @@ async fn routed(job_project: u64, machines: &[(SidecarId, Placement)]) -> Sideca
     let p = serde_json::json!({"id": 9, "token": "t9", "job_info": {"project_id": job_project}});
     jobs.accept("p", &serde_json::to_vec(&p).unwrap()).unwrap();
     let q = PoolQueue::new("p", jobs.clone());
-    q.set_gate(Arc::new(Machines(machines.iter().copied().collect())));
+    q.set_gate(Arc::new(Machines(machines.iter().cloned().collect())));
     let waiters: Vec<_> = machines
         .iter()
         .map(|(s, _)| {
@@ -177,6 +177,7 @@ fn placed(last_project: Option<u64>, running: u32) -> Placement {
     Placement {
         last_project,
         running,
+        class: None,
     }
 }
 

@@ -44,6 +44,9 @@ pub enum Accepted {
     /// The job could not be stored (a full or failing disk): it is not run, and GitLab gets it
     /// back as a failure it can retry (see [`Jobs::accept`]).
     Unstored(JobId),
+    /// The job asks for a machine class the pool does not have: stored, not run, failed at
+    /// GitLab with a line in its log naming the classes there are.
+    Refused(JobId),
     /// GitLab handed us a job we already hold. GitLab never hands a job out twice
     /// (runner-protocol.md §3.5); this is a replayed answer, and nothing changed.
     Again(JobId),
@@ -66,6 +69,7 @@ pub struct Jobs {
     changed: tokio::sync::watch::Sender<u64>,
     /// A job could not be stored; no more are taken until a write works again.
     store_failing: std::sync::atomic::AtomicBool,
+    classes: class::PoolClasses,
 }
 
 impl Jobs {
@@ -90,6 +94,7 @@ impl Jobs {
             held: Mutex::new(held),
             changed: tokio::sync::watch::Sender::new(0),
             store_failing: std::sync::atomic::AtomicBool::new(false),
+            classes: class::PoolClasses::default(),
         })
     }
 
@@ -132,12 +137,27 @@ impl Jobs {
                 })
                 .collect(),
             project_id: facts.project_id,
+            class: None,
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
             acknowledged: false,
             held: false,
             artifact_refusal: None,
             spooled: Vec::new(),
+        };
+        let refused = match self.class_for(pool, payload) {
+            Ok(class) => {
+                record.class = class;
+                false
+            }
+            Err(why) => {
+                tracing::warn!(job.id = %record.id, pool, reason = %why, "the job cannot run here; it is failed at GitLab");
+                record.phase = JobPhase::Failing {
+                    reason: why,
+                    since: record.accepted_at,
+                };
+                true
+            }
         };
         let stored = self
             .store
@@ -161,16 +181,21 @@ impl Jobs {
             };
         }
         let id = record.id;
+        // A job failed before any runner saw it has an empty log at GitLab: the note saying why
+        // goes at its start.
+        let never_ran = matches!(record.phase, JobPhase::Failing { .. });
         self.lock().insert(
             id,
             Held {
                 record,
-                trace_length: None,
+                trace_length: never_ran.then_some(0),
             },
         );
         self.bump();
         Ok(if unstored {
             Accepted::Unstored(id)
+        } else if refused {
+            Accepted::Refused(id)
         } else {
             Accepted::New(id)
         })
@@ -378,6 +403,7 @@ impl Jobs {
 }
 
 mod access;
+mod class;
 mod owed;
 
 #[cfg(test)]

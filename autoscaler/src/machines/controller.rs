@@ -10,12 +10,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::PoolMachines;
-use super::policy::reason_code;
 use crate::config::ScalingConfig;
 use crate::core::SidecarId;
-use crate::core::breaker::BreakerState;
+use crate::core::classes::Classes;
 use crate::core::machine::{MachineEvent, MachineState};
-use crate::core::scaler::{self, MachineView, PlanInput};
 use crate::core::schedule::PolicyEntry;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
@@ -39,6 +37,8 @@ pub struct PoolController {
     pub(super) queue: Arc<PoolQueue>,
     pub(super) scaling: ScalingConfig,
     pub(super) policies: Vec<PolicyEntry>,
+    /// The pool's machine classes (`None`: one kind of machine).
+    pub(super) classes: Option<Classes>,
     /// The `[[pools.policy]]` entry in force at the last pass (`Some(None)`: the pool's own).
     pub(super) period: Mutex<Option<Option<usize>>>,
     reconcile_interval: Duration,
@@ -62,6 +62,7 @@ pub struct PoolController {
 pub struct ControllerSettings {
     pub scaling: ScalingConfig,
     pub policies: Vec<PolicyEntry>,
+    pub classes: Option<Classes>,
     pub reconcile_interval: Duration,
     pub ready_timeout: Duration,
     pub silence_timeout: Duration,
@@ -88,6 +89,7 @@ impl PoolController {
             queue,
             scaling: settings.scaling,
             policies: settings.policies,
+            classes: settings.classes,
             period: Mutex::new(None),
             reconcile_interval: settings.reconcile_interval,
             ready_timeout: settings.ready_timeout,
@@ -98,6 +100,22 @@ impl PoolController {
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// The class `m` belongs to (`None`: the pool has no classes). A machine without one
+    /// (adopted, or made before classes were configured) is of the default class.
+    pub(super) fn class_of(&self, m: &MachineRecord) -> Option<String> {
+        let classes = self.classes.as_ref()?;
+        Some(m.class.clone().unwrap_or_else(|| classes.default.clone()))
+    }
+
+    /// Jobs at once on machine `m`.
+    pub(super) fn capacity_of(&self, m: &MachineRecord) -> u32 {
+        self.class_of(m)
+            .and_then(|name| self.classes.as_ref()?.get(&name))
+            .map_or(self.scaling.capacity_per_machine, |c| {
+                c.capacity_per_machine
+            })
     }
 
     pub(super) fn pool(&self) -> &str {
@@ -235,68 +253,8 @@ impl PoolController {
         self.scale(&running).await;
     }
 
-    /// The scaler's decision, executed.
-    async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
-        let now = self.machines.now();
-        let live = self.machines.live();
-        let views: Vec<MachineView> = live
-            .iter()
-            .map(|m| MachineView {
-                id: m.id.clone(),
-                state: m.state,
-                running_jobs: running(m),
-                use_count: m.use_count,
-                idle_since: m.since,
-                created_at: m.created_at,
-            })
-            .collect();
-        let waiting =
-            u32::try_from(self.jobs.waiting_in_pool(self.pool()).len()).unwrap_or(u32::MAX);
-        let policy = self.policy_in_force(now);
-        let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
-        let plan = scaler::plan(&PlanInput {
-            machines: &views,
-            waiting_jobs: waiting,
-            policy: &policy,
-            provisioner_paused: paused,
-            now,
-        });
-        for r in &plan.drain {
-            let why = format!("{}: {}", reason_code(r.reason), r.detail);
-            if let Err(e) = self.machines.apply(&r.id, MachineEvent::Drain, &why) {
-                tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot drain the machine");
-            }
-        }
-        for r in &plan.destroy {
-            if let Some(m) = self.machines.get(&r.id) {
-                let why = format!("{}: {}", reason_code(r.reason), r.detail);
-                if let Err(e) = self.machines.apply(&r.id, MachineEvent::Destroy, &why) {
-                    tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot retire the machine");
-                    continue;
-                }
-                self.clone().start_teardown(&m);
-            }
-        }
-        if plan.create > 0 {
-            tracing::info!(pool = %self.pool(), create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
-            match self
-                .machines
-                .create_for(plan.create, Some(self.launcher.as_ref()))
-                .await
-            {
-                Ok(n) if n < plan.create => {
-                    tracing::debug!(pool = %self.pool(), asked = plan.create, created = n, "creation throttled or paused");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::error!(pool = %self.pool(), error = %e, "cannot create machines")
-                }
-            }
-        }
-    }
-
     /// Tears a machine down in the background, once.
-    fn start_teardown(self: Arc<Self>, m: &MachineRecord) {
+    pub(super) fn start_teardown(self: Arc<Self>, m: &MachineRecord) {
         {
             let mut busy = self
                 .tearing_down

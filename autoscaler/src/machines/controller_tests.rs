@@ -8,6 +8,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::config::ScalingConfig;
 use crate::core::JobId;
+use crate::core::classes::{Classes, MachineClass};
 use crate::core::reconcile::OrphanPolicy;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
@@ -32,6 +33,10 @@ struct Rig {
 }
 
 fn rig(scaling: ScalingConfig) -> Rig {
+    rig_with(scaling, None)
+}
+
+fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let clock = Arc::new(ManualClock::new(1_000_000));
     let provider = Arc::new(FakeProvisioner::new(true));
@@ -58,12 +63,16 @@ fn rig(scaling: ScalingConfig) -> Rig {
         ControllerSettings {
             scaling,
             policies: Vec::new(),
+            classes: classes.clone(),
             reconcile_interval: Duration::from_secs(30),
             ready_timeout: Duration::from_secs(300),
             silence_timeout: Duration::from_secs(120),
         },
     );
     queue.set_gate(controller.clone());
+    if let Some(classes) = classes {
+        jobs.set_classes(POOL, classes);
+    }
     Rig {
         controller,
         machines,
@@ -79,8 +88,18 @@ fn rig(scaling: ScalingConfig) -> Rig {
 impl Rig {
     /// A job GitLab handed to the pool.
     fn job(&self, id: u64) -> JobId {
+        self.job_with(id, &[])
+    }
+
+    /// A job with CI variables.
+    fn job_with(&self, id: u64, variables: &[(&str, &str)]) -> JobId {
+        let variables: Vec<_> = variables
+            .iter()
+            .map(|(k, v)| serde_json::json!({"key": k, "value": v, "public": true}))
+            .collect();
         let payload = serde_json::json!({
-            "id": id, "token": format!("glcbt-{id}"), "job_info": {"project_id": 3}
+            "id": id, "token": format!("glcbt-{id}"), "job_info": {"project_id": 3},
+            "variables": variables
         });
         self.jobs
             .accept(POOL, &serde_json::to_vec(&payload).unwrap())
@@ -285,4 +304,80 @@ async fn max_machines_counts_every_live_state_and_caps_creation() {
     r.controller.step().await;
     assert_eq!(r.provider.machines().len(), 2);
     assert_eq!(r.machines.live().len(), 2);
+}
+
+fn small_and_large() -> Classes {
+    let class = |name: &str, capacity| MachineClass {
+        name: name.into(),
+        capacity_per_machine: capacity,
+        max_machines: None,
+        sources: Vec::new(),
+    };
+    Classes {
+        variable: "AUTOSCALER_MACHINE_CLASS".into(),
+        default: "small".into(),
+        list: vec![class("small", 1), class("large", 2)],
+    }
+}
+
+#[tokio::test]
+async fn a_job_naming_a_class_gets_a_machine_of_that_class_and_no_other_takes_it() {
+    let r = rig_with(on_demand(), Some(small_and_large()));
+    let small_job = r.job(1);
+    r.controller.step().await;
+    let small = r.only_machine();
+    assert_eq!(small.class.as_deref(), Some("small"));
+    let large_job = r.job_with(2, &[("AUTOSCALER_MACHINE_CLASS", "large")]);
+    assert_eq!(r.jobs.class_of(large_job).as_deref(), Some("large"));
+    r.controller.step().await;
+    let large = r
+        .machines
+        .live()
+        .into_iter()
+        .find(|m| m.class.as_deref() == Some("large"))
+        .expect("a large machine for the large job");
+
+    for m in [&small, &large] {
+        r.controller.step().await;
+        r.until("injected", |ms| {
+            ms.iter()
+                .any(|x| x.id == m.id && x.state == MachineState::Injecting)
+        })
+        .await;
+        r.machines.sidecar_polled(&m.id);
+    }
+    let sidecar_of = |m: &MachineRecord| r.machines.get(&m.id).unwrap().sidecar.unwrap();
+    let took = r
+        .queue
+        .wait_for_job(sidecar_of(&small), None, Duration::from_millis(50))
+        .await;
+    assert_eq!(
+        took,
+        Some(small_job),
+        "the small machine takes the small job only"
+    );
+    let took = r
+        .queue
+        .wait_for_job(sidecar_of(&large), None, Duration::from_millis(50))
+        .await;
+    assert_eq!(took, Some(large_job));
+}
+
+#[tokio::test]
+async fn a_job_naming_an_unknown_class_fails_at_once_and_gets_no_machine() {
+    let r = rig_with(on_demand(), Some(small_and_large()));
+    let job = r.job_with(5, &[("AUTOSCALER_MACHINE_CLASS", "gpu")]);
+    let phase = r.jobs.get(job).unwrap().phase;
+    assert!(
+        matches!(phase, crate::core::job::JobPhase::Failing { ref reason, .. }
+            if reason.contains("\"gpu\"") && reason.ends_with("small, large")),
+        "{phase:?}"
+    );
+    assert_eq!(
+        r.jobs.trace_length(job),
+        Some(0),
+        "its log note goes at the start"
+    );
+    r.controller.step().await;
+    assert!(r.provider.machines().is_empty(), "no machine for it");
 }

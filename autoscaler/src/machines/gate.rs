@@ -14,11 +14,16 @@ impl SlotGate for PoolController {
             .last_project
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let classes = self.classes.as_ref().map(|_| self.machines.by_sidecars());
         sidecars
             .iter()
             .map(|s| Placement {
                 last_project: last.get(s).copied(),
                 running: running.get(s).copied().unwrap_or(0),
+                class: classes
+                    .as_ref()
+                    .and_then(|by_sidecar| by_sidecar.get(s))
+                    .and_then(|m| self.class_of(m)),
             })
             .collect()
     }
@@ -40,7 +45,7 @@ impl SlotGate for PoolController {
             .get(&sidecar)
             .copied()
             .unwrap_or(0);
-        running < self.scaling.capacity_per_machine
+        running < self.capacity_of(&m)
     }
 
     fn taken(&self, sidecar: SidecarId, job: JobId) {

@@ -9,8 +9,9 @@ use super::{MachinesError, PoolMachines, sources};
 use crate::core::Millis;
 use crate::core::backoff::Backoff;
 use crate::core::breaker::BreakerState;
+use crate::core::classes::MachineClass;
 use crate::core::machine::{MachineEvent, MachineState};
-use crate::core::reconcile::{self, Action, Known, Listed, ProviderState};
+use crate::core::reconcile::ProviderState;
 use crate::launcher::SidecarLauncher;
 use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
 use crate::secret::Secret;
@@ -32,31 +33,41 @@ impl PoolMachines {
     /// Asks the pool's sources, in order, for up to `wanted` machines, as each one's maximum,
     /// throttle and circuit breaker allow. Returns how many were asked for.
     pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
-        self.create_for(wanted, None).await
+        self.create_of(wanted, None, None).await
     }
 
-    /// [`PoolMachines::create`], with each machine's sidecar prepared by `launcher` first when
-    /// it starts from user-data (its token is minted before the provider hears of the machine).
-    pub async fn create_for(
+    /// Like [`PoolMachines::create`], for machines of `class` (from its sources only), each
+    /// machine's sidecar prepared by `launcher` first when it starts from user-data (its token
+    /// is minted before the provider hears of the machine).
+    pub async fn create_of(
         &self,
         wanted: u32,
+        class: Option<&MachineClass>,
         launcher: Option<&dyn SidecarLauncher>,
     ) -> Result<u32, MachinesError> {
         let now = self.clock.now();
         let mut left = wanted;
         let mut asked = Vec::new();
         let mut user_data = HashMap::new();
-        for (i, source) in self.sources.iter().enumerate() {
+        let allowed = |name: &str| {
+            class.is_none_or(|c| c.sources.is_empty() || c.sources.iter().any(|s| s == name))
+        };
+        let mut tried = 0;
+        for source in &self.sources {
             if left == 0 {
                 break;
             }
+            if !allowed(source.name()) {
+                continue;
+            }
+            tried += 1;
             let live = self.live_from(source.name());
             let grant = source.grant(left, live, now);
             let sources::Grant::Machines(n) = grant else {
                 tracing::debug!(pool = %self.pool(), source = source.name(), why = grant.why_not(), "source gives no machine now");
                 continue;
             };
-            if i > 0 {
+            if tried > 1 {
                 tracing::info!(pool = %self.pool(), source = source.name(), machines = n, reason = "overflow",
                     "machines come from a later source: the ones before are full, paused or throttled");
             }
@@ -64,6 +75,7 @@ impl PoolMachines {
             for _ in 0..n {
                 let mut record = self.new_record(MachineState::Requested)?;
                 record.source = source.name().to_string();
+                record.class = class.map(|c| c.name.clone());
                 if let Some(launcher) = launcher {
                     match launcher.prepare(&record.id).await {
                         Ok(Some(p)) => {
@@ -205,7 +217,7 @@ impl PoolMachines {
         }
     }
 
-    fn provisioner_succeeded(&self, source: &sources::Source) {
+    pub(super) fn provisioner_succeeded(&self, source: &sources::Source) {
         let mut g = source.guards();
         if !matches!(g.breaker.state(self.clock.now()), BreakerState::Closed) {
             tracing::info!(pool = %self.pool(), source = source.name(), "provisioner answers again; source resumed");
@@ -213,7 +225,12 @@ impl PoolMachines {
         g.breaker.success();
     }
 
-    fn provisioner_failed(&self, source: &sources::Source, e: &ProvisionerError, verb: &str) {
+    pub(super) fn provisioner_failed(
+        &self,
+        source: &sources::Source,
+        e: &ProvisionerError,
+        verb: &str,
+    ) {
         let now = self.clock.now();
         if let ProvisionerError::RetryLater { retry_after, .. } = e {
             let wait = retry_after.map_or(sources::RETRY_LATER_MS, |d| {
@@ -237,171 +254,6 @@ impl PoolMachines {
         } else {
             tracing::warn!(pool = %self.pool(), source = source.name(), %reason, "provisioner call failed");
         }
-    }
-
-    /// One reconcile pass per source: `list` against what we know, and the actions that
-    /// follow. Returns the machines the provider is taking back (spot reclaims), still in
-    /// service: the caller moves their jobs first, then takes them out with
-    /// [`PoolMachines::reclaimed`].
-    pub async fn reconcile(&self) -> Result<Vec<Reclaim>, MachinesError> {
-        let mut reclaims = Vec::new();
-        for source in &self.sources {
-            reclaims.extend(self.reconcile_source(source).await?);
-        }
-        self.collect_gone()?;
-        Ok(reclaims)
-    }
-
-    async fn reconcile_source(
-        &self,
-        source: &sources::Source,
-    ) -> Result<Vec<Reclaim>, MachinesError> {
-        if let Ok(info) = source.provisioner().info().await {
-            source.set_batch(info.capabilities.batch_size());
-        }
-        let listed = match source.provisioner().list(self.owner_labels()).await {
-            Ok(listed) => {
-                self.provisioner_succeeded(source);
-                listed
-            }
-            Err(e) => {
-                self.provisioner_failed(source, &e, "list");
-                return Ok(Vec::new());
-            }
-        };
-        // Two sources may share a cloud account: each judges only the machines it made (no
-        // source label: made before sources existed, by the first).
-        let first = self.sources[0].name() == source.name();
-        let mine = |label: Option<&String>| match label {
-            Some(name) => name == source.name(),
-            None => first,
-        };
-        let listed: Vec<_> = listed
-            .into_iter()
-            .filter(|l| mine(l.labels.get(sources::SOURCE_LABEL)))
-            .collect();
-        let reclaims = self.reclaims(&listed);
-        let listed: Vec<Listed> = listed
-            .into_iter()
-            .map(|l| Listed {
-                provider_id: l.id,
-                state: l.state,
-                key: l.labels.get("autoscaler-key").cloned(),
-            })
-            .collect();
-        let known: Vec<Known> = self
-            .snapshot()
-            .into_iter()
-            .filter(|m| !m.state.is_gone())
-            .filter(|m| m.source == source.name() || (first && m.source.is_empty()))
-            .map(|m| Known {
-                id: m.id,
-                state: m.state,
-                provider_id: m.provider_id,
-                created_at: m.created_at,
-                since: m.since,
-                next_attempt: m.next_attempt,
-            })
-            .collect();
-        let now = self.clock.now();
-        for action in reconcile::plan(&known, &listed, now, &self.reconcile_policy()) {
-            self.execute(source, action).await?;
-        }
-        Ok(reclaims)
-    }
-
-    /// The machines in service that `list` reports as being taken back.
-    fn reclaims(&self, listed: &[crate::provisioner::ListedMachine]) -> Vec<Reclaim> {
-        let machines = self.snapshot();
-        listed
-            .iter()
-            .filter_map(|l| {
-                let notice = l.interruption.clone()?;
-                let machine = machines
-                    .iter()
-                    .find(|m| m.provider_id.as_deref() == Some(l.id.as_str()))?
-                    .clone();
-                let leaving = matches!(
-                    machine.state,
-                    MachineState::Failed | MachineState::Destroying | MachineState::Gone
-                );
-                (!leaving).then_some(Reclaim { machine, notice })
-            })
-            .collect()
-    }
-
-    /// A reclaimed machine leaves service at once (`Failed`): it is destroyed, and a running
-    /// job it held fails without waiting for its sidecar to fall silent.
-    pub fn reclaimed(&self, reclaim: &Reclaim) {
-        let (m, notice) = (&reclaim.machine, &reclaim.notice);
-        let deadline = notice.deadline.as_deref().unwrap_or("unknown");
-        let reason = format!(
-            "the provider takes it back ({}, deadline {deadline})",
-            notice.reason
-        );
-        tracing::warn!(pool = %self.pool(), machine.id = %m.id, %reason, "machine reclaimed: its jobs go elsewhere or fail now");
-        if let Err(e) = self.apply(&m.id, MachineEvent::Fail, &reason) {
-            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot take the reclaimed machine out of service");
-        }
-    }
-
-    async fn execute(&self, source: &sources::Source, action: Action) -> Result<(), MachinesError> {
-        match action {
-            Action::Bind {
-                machine,
-                provider_id,
-            } => {
-                tracing::info!(pool = %self.pool(), machine.id = %machine, provider_id, "a create we lost track of made this machine; recording it");
-                self.update(&machine, |m| m.provider_id = Some(provider_id))?;
-                self.apply(&machine, MachineEvent::CreateAccepted, "found by its key")?;
-            }
-            Action::Event {
-                machine,
-                event: MachineEvent::ProviderRunning,
-                ..
-            } => self.refresh_running(&machine).await,
-            Action::Event {
-                machine,
-                event,
-                reason,
-            } => {
-                let destroy = event == MachineEvent::Destroy;
-                self.apply(&machine, event, &reason)?;
-                if destroy {
-                    self.destroy(&machine).await?;
-                }
-            }
-            Action::Destroy { machine } => self.destroy(&machine).await?,
-            Action::Adopt { provider_id, key } => self.adopt(source, provider_id, key).await?,
-            Action::DestroyOrphan { provider_id } => {
-                tracing::warn!(pool = %self.pool(), source = source.name(), provider_id, "destroying a machine that carries our labels but that we do not know (orphan_policy = destroy)");
-                if let Err(e) = source.provisioner().destroy(&provider_id).await {
-                    self.provisioner_failed(source, &e, "destroy");
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Takes over an orphan: it becomes a machine of the pool, booting.
-    async fn adopt(
-        &self,
-        source: &sources::Source,
-        provider_id: String,
-        key: Option<String>,
-    ) -> Result<(), MachinesError> {
-        let mut record = self.new_record(MachineState::Creating)?;
-        record.source = source.name().to_string();
-        record.provider_id = Some(provider_id.clone());
-        record.reason = Some(format!(
-            "adopted (its key was {})",
-            key.as_deref().unwrap_or("none")
-        ));
-        let id = record.id.clone();
-        tracing::warn!(pool = %self.pool(), machine.id = %id, provider_id, "adopting a machine that carries our labels (orphan_policy = adopt)");
-        self.insert(record)?;
-        self.refresh_running(&id).await;
-        Ok(())
     }
 
     /// Asks `status` of a machine the provider reports running, records where to reach it, and

@@ -7,6 +7,8 @@ mod health;
 mod launch;
 mod lifecycle;
 mod policy;
+mod reconcile;
+mod scale;
 mod sources;
 
 pub use controller::{ControllerSettings, PoolController};
@@ -184,6 +186,14 @@ impl PoolMachines {
 
     /// Whether the pool can have new machines: closed while any source's breaker is; else the
     /// first source's state (when it reopens).
+    /// Every machine with a sidecar, by its sidecar.
+    pub fn by_sidecars(&self) -> std::collections::HashMap<crate::core::SidecarId, MachineRecord> {
+        self.lock()
+            .values()
+            .filter_map(|m| Some((m.sidecar?, m.clone())))
+            .collect()
+    }
+
     pub fn breaker(&self) -> BreakerState {
         let now = self.clock.now();
         let states: Vec<BreakerState> = self.sources.iter().map(|s| s.breaker(now)).collect();
@@ -321,6 +331,7 @@ impl PoolMachines {
             since: now,
             created_at: now,
             source: String::new(),
+            class: None,
             provider_id: None,
             endpoint: None,
             host_key: None,

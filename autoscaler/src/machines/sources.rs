@@ -25,6 +25,8 @@ pub struct SourceSpec {
     pub create_rate: f64,
     pub create_burst: u32,
     pub user_data: Option<String>,
+    /// After a reclaim of one of its machines, no creation is asked of it for this long.
+    pub reclaim_cooldown: Option<Duration>,
 }
 
 impl SourceSpec {
@@ -37,6 +39,7 @@ impl SourceSpec {
             create_rate,
             create_burst,
             user_data: None,
+            reclaim_cooldown: None,
         }
     }
 }

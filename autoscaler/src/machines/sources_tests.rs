@@ -25,6 +25,7 @@ fn source(name: &str, provider: &Arc<FakeProvisioner>, max: Option<u32>) -> Sour
         create_rate: 100.0,
         create_burst: 100,
         user_data: None,
+        reclaim_cooldown: Some(Duration::from_secs(300)),
     }
 }
 
@@ -142,4 +143,22 @@ async fn a_source_that_asks_to_retry_later_is_skipped_until_then() {
     assert!(r.onprem.machines().is_empty());
     assert_eq!(r.machines.create(1).await.unwrap(), 1);
     assert_eq!(r.cloud.machines().len(), 1, "the next source took it");
+}
+
+#[tokio::test]
+async fn after_a_reclaim_new_machines_come_from_the_next_source_for_the_cool_down() {
+    let r = rig(false);
+    r.machines.create(1).await.unwrap();
+    let spot = r.machines.live()[0].clone();
+    assert_eq!(spot.source, "onprem");
+    r.onprem.reclaim(spot.provider_id.as_deref().unwrap());
+    let reclaims = r.machines.reconcile().await.unwrap();
+    r.machines.reclaimed(&reclaims[0]);
+    r.machines.create(1).await.unwrap();
+    assert_eq!(
+        r.cloud.machines().len(),
+        1,
+        "the cool-down sends it to the next source"
+    );
+    assert_eq!(r.onprem.machines().len(), 1, "only the reclaimed one");
 }

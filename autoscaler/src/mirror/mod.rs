@@ -17,8 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::Request;
-use axum::routing::{get, patch, post, put};
+use axum::http::{Method, Request};
 use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
@@ -28,6 +27,7 @@ use crate::delivery::Delivery;
 use crate::jobs::Jobs;
 use crate::machines::PoolMachines;
 use crate::pools::Pool;
+use crate::routes::Routes;
 use crate::secret::TokenDigest;
 use crate::sidecars::Sidecars;
 use crate::upstream::Upstream;
@@ -162,36 +162,54 @@ fn trim_trailing_slash<B>(mut request: Request<B>) -> Request<B> {
     request
 }
 
-fn routes(app: Arc<App>) -> Router {
-    Router::new()
-        .route(
-            "/api/v4/runners",
-            post(runners::register).delete(runners::unregister),
-        )
-        .route("/api/v4/runners/verify", post(runners::verify))
-        .route(
+/// Every route of the mirrored API; `api-spec/runner-api.yaml` documents each one (tested).
+pub fn route_table() -> Routes<Arc<App>> {
+    Routes::default()
+        .add(Method::POST, "/api/v4/runners", runners::register)
+        .add(Method::DELETE, "/api/v4/runners", runners::unregister)
+        .add(Method::POST, "/api/v4/runners/verify", runners::verify)
+        .add(
+            Method::DELETE,
             "/api/v4/runners/managers",
-            axum::routing::delete(runners::unregister_manager),
+            runners::unregister_manager,
         )
-        .route(
+        .add(
+            Method::POST,
             "/api/v4/runners/reset_authentication_token",
-            post(runners::reset_token),
+            runners::reset_token,
         )
-        .route(
+        .add(
+            Method::GET,
             "/api/v4/runners/router/discovery",
-            get(runners::router_discovery),
+            runners::router_discovery,
         )
-        .route("/api/v4/jobs/request", post(job_request::request_job))
-        .route("/api/v4/jobs/{id}", put(relay::update_job))
-        .route("/api/v4/jobs/{id}/trace", patch(relay::patch_trace))
-        .route(
+        .add(
+            Method::POST,
+            "/api/v4/jobs/request",
+            job_request::request_job,
+        )
+        .add(Method::PUT, "/api/v4/jobs/{id}", relay::update_job)
+        .add(Method::PATCH, "/api/v4/jobs/{id}/trace", relay::patch_trace)
+        .add(
+            Method::POST,
             "/api/v4/jobs/{id}/artifacts",
-            post(relay::upload_artifacts).get(relay::download_artifacts),
+            relay::upload_artifacts,
         )
-        .route(
+        .add(
+            Method::GET,
+            "/api/v4/jobs/{id}/artifacts",
+            relay::download_artifacts,
+        )
+        .add(
+            Method::GET,
             "/autoscaler/v1/sidecar-binary/{sha256}",
-            get(sidecar_binary::download),
+            sidecar_binary::download,
         )
+}
+
+fn routes(app: Arc<App>) -> Router {
+    route_table()
+        .into_router()
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(app)
 }

@@ -30,10 +30,16 @@ use crate::upstream::{
     Forward, ForwardBody, Forwarded, filter_request_headers, filter_response_headers,
 };
 
+/// The `:id` of a job route, which GitLab declares an `Integer`: anything else is `400 id is
+/// invalid`; a negative number is a job no token opens (`403`).
 fn job_id(raw: &str) -> Result<JobId, ApiError> {
-    raw.parse::<u64>()
+    let id = raw
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| ApiError::BadRequest("id is invalid".into()))?;
+    u64::try_from(id)
         .map(JobId)
-        .map_err(|_| ApiError::NotFound(format!("{raw:?} is not a job id")))
+        .map_err(|_| ApiError::Forbidden(format!("there is no job {id}")))
 }
 
 fn note_job(app: &App, record: &JobRecord) {

@@ -136,14 +136,19 @@ pub async fn unregister(
 }
 
 /// `DELETE /api/v4/runners/managers`: GitLab forgets a runner *manager* (one `system_id`) and
-/// keeps the runner, so the token stays valid here too.
+/// keeps the runner, so the token stays valid here too. GitLab requires `system_id`; it answers
+/// `404` for one it never saw, which this registry does not keep across restarts, so any
+/// `system_id` is taken (runner-protocol.md §2).
 pub async fn unregister_manager(
     State(app): State<Arc<App>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (_, token) = identity(query.as_deref(), &headers, body).await?;
+    let (params, token) = identity(query.as_deref(), &headers, body).await?;
+    if params.string("system_id").is_none() {
+        return Err(ApiError::BadRequest("system_id is missing".into()));
+    }
     authenticate(&app, &token)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

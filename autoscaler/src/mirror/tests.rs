@@ -20,6 +20,7 @@ use crate::store::MemoryStore;
 use crate::upstream::fake::{FakeUpstream, Scripted};
 
 mod fidelity;
+mod spec;
 
 const UPSTREAM_TOKEN_A: &str = "glrt-UPSTREAM-A-never-leaves";
 const UPSTREAM_TOKEN_B: &str = "glrt-UPSTREAM-B-never-leaves";
@@ -38,6 +39,7 @@ fn pool_config(name: &str, upstream: &str, registration: &str) -> PoolConfig {
         assign_ack_timeout: Duration::from_secs(120),
         provisioner: None,
         sources: Vec::new(),
+        classes: None,
         scaling: crate::config::ScalingConfig::default(),
         policies: Vec::new(),
         sidecar: None,
@@ -367,7 +369,8 @@ async fn job_calls_with_the_wrong_token_or_job_never_reach_gitlab() {
         .header("job-token", "x")
         .body(Body::empty())
         .unwrap();
-    assert_eq!(h.call(not_a_job).await.status, StatusCode::NOT_FOUND);
+    // GitLab declares `:id` an Integer: anything else is a validation error.
+    assert_eq!(h.call(not_a_job).await.status, StatusCode::BAD_REQUEST);
     assert!(
         h.upstream.calls().is_empty(),
         "refused calls reached GitLab"

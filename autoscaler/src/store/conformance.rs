@@ -16,6 +16,7 @@ fn job(id: u64) -> JobRecord {
             token: Secret::new("glcbt-dep"),
         }],
         project_id: Some(4),
+        class: None,
         phase: JobPhase::Queued,
         accepted_at: 1_000,
         acknowledged: false,
@@ -49,6 +50,7 @@ fn machine(id: &str) -> MachineRecord {
         since: 7,
         created_at: 5,
         source: String::new(),
+        class: None,
         provider_id: Some(format!("p-{id}")),
         endpoint: Some(Endpoint {
             host: "127.0.0.1".into(),

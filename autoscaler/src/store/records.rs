@@ -27,6 +27,9 @@ pub struct JobRecord {
     /// The jobs whose artifacts this job may download, with the token GitLab gave for each.
     pub dependencies: Vec<DependencyGrant>,
     pub project_id: Option<u64>,
+    /// The machine class it runs on (`None`: its pool has no classes).
+    #[serde(default)]
+    pub class: Option<String>,
     pub phase: JobPhase,
     pub accepted_at: Millis,
     /// GitLab confirmed an acceptance (`PUT state=running` answered `200`), the sidecar's or
@@ -90,6 +93,9 @@ pub struct MachineRecord {
     /// which belong to the pool's first source.
     #[serde(default)]
     pub source: String,
+    /// Its machine class (`None`: its pool has no classes).
+    #[serde(default)]
+    pub class: Option<String>,
     #[serde(default)]
     pub provider_id: Option<String>,
     #[serde(default)]

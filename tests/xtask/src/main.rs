@@ -1,8 +1,9 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `test`: a check that no file points outside the repository, formatting, lints, a build of
-//!   every binary, the check of `deploy/` (`deploy/check`), every test, then a check that no
-//!   process of a local machine outlived them (the command CI runs);
+//!   every binary, the check of `deploy/` (`deploy/check`), every test, the API fuzz run
+//!   (`tests/api-fuzz/run`), then a check that no process of a local machine outlived them (the
+//!   command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
 //! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`;
@@ -178,6 +179,8 @@ fn test(extra: &[String]) -> Result<()> {
     }
     // The cloud provisioners against their emulators and recording stubs (pytest in a venv).
     run("bash", &["tests/cloud/run"])?;
+    // schemathesis against a live autoscaler, held to api-spec/ (in a venv, about 90 s).
+    run("bash", &["tests/api-fuzz/run"])?;
     run_chaos(&[])?;
     leftovers::check(&before)
 }

@@ -153,6 +153,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             since: now,
             created_at: now,
             source: String::new(),
+            class: None,
             provider_id: Some(format!("p-{i}")),
             endpoint: Some(Endpoint {
                 host: format!("10.0.{}.{}", i / 250, i % 250 + 1),
@@ -187,6 +188,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             token: Secret::new(format!("glcbt-bench-{j}-{now}")),
             dependencies: Vec::new(),
             project_id: Some(1),
+            class: None,
             phase: JobPhase::Running {
                 sidecar: Some(SidecarId((j % machines.max(1)) as u64 + 1)),
                 since: now,

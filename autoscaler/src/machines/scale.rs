@@ -1,0 +1,121 @@
+//! The scaler's decisions (`core::scaler`), carried out: one plan per machine class (one for a
+//! pool without classes), each seeing only its class's machines and jobs.
+
+use std::sync::Arc;
+
+use super::controller::PoolController;
+use super::policy::reason_code;
+use crate::core::breaker::BreakerState;
+use crate::core::classes::MachineClass;
+use crate::core::machine::MachineEvent;
+use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
+use crate::store::MachineRecord;
+
+impl PoolController {
+    /// Plans and carries out the pool's scaling for this pass.
+    pub(super) async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
+        let now = self.machines.now();
+        let live = self.machines.live();
+        let policy = self.policy_in_force(now);
+        let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
+        let mut waiting = self.jobs.waiting_by_class(self.pool());
+        let classes: Vec<Option<&MachineClass>> = match &self.classes {
+            None => vec![None],
+            Some(classes) => classes.list.iter().map(Some).collect(),
+        };
+        for class in classes {
+            let name = class.map(|c| c.name.clone());
+            let (mine, others): (Vec<&MachineRecord>, Vec<&MachineRecord>) =
+                live.iter().partition(|m| self.class_of(m) == name);
+            let views: Vec<MachineView> = mine.iter().map(|m| view(m, running(m))).collect();
+            let plan = scaler::plan(&PlanInput {
+                machines: &views,
+                waiting_jobs: waiting.remove(&name).unwrap_or(0),
+                policy: &self.class_policy(&policy, class, others.len()),
+                provisioner_paused: paused,
+                now,
+            });
+            self.carry_out(&plan, class).await;
+        }
+    }
+
+    /// The policy in force narrowed to `class`: its slots per machine and maximum, within what
+    /// the other classes leave of the pool's `max_machines`. The idle settings keep machines of
+    /// the default class ready; the other classes are made on demand.
+    fn class_policy(
+        &self,
+        policy: &ScalePolicy,
+        class: Option<&MachineClass>,
+        other_machines: usize,
+    ) -> ScalePolicy {
+        let Some(class) = class else {
+            return *policy;
+        };
+        let left = policy
+            .max_machines
+            .saturating_sub(u32::try_from(other_machines).unwrap_or(u32::MAX));
+        let is_default = self
+            .classes
+            .as_ref()
+            .is_some_and(|c| c.default == class.name);
+        ScalePolicy {
+            capacity_per_machine: class.capacity_per_machine,
+            max_machines: class.max_machines.map_or(left, |max| max.min(left)),
+            idle_count: if is_default { policy.idle_count } else { 0 },
+            scale_factor: if is_default { policy.scale_factor } else { 0.0 },
+            scale_factor_limit: if is_default {
+                policy.scale_factor_limit
+            } else {
+                0
+            },
+            ..*policy
+        }
+    }
+
+    async fn carry_out(self: &Arc<Self>, plan: &ScalePlan, class: Option<&MachineClass>) {
+        for r in &plan.drain {
+            let why = format!("{}: {}", reason_code(r.reason), r.detail);
+            if let Err(e) = self.machines.apply(&r.id, MachineEvent::Drain, &why) {
+                tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot drain the machine");
+            }
+        }
+        for r in &plan.destroy {
+            if let Some(m) = self.machines.get(&r.id) {
+                let why = format!("{}: {}", reason_code(r.reason), r.detail);
+                if let Err(e) = self.machines.apply(&r.id, MachineEvent::Destroy, &why) {
+                    tracing::warn!(pool = %self.pool(), machine.id = %r.id, error = %e, "cannot retire the machine");
+                    continue;
+                }
+                self.clone().start_teardown(&m);
+            }
+        }
+        if plan.create > 0 {
+            let class_name = class.map_or("-", |c| c.name.as_str());
+            tracing::info!(pool = %self.pool(), class = class_name, create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
+            match self
+                .machines
+                .create_of(plan.create, class, Some(self.launcher.as_ref()))
+                .await
+            {
+                Ok(n) if n < plan.create => {
+                    tracing::debug!(pool = %self.pool(), class = class_name, asked = plan.create, created = n, "creation throttled or paused");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(pool = %self.pool(), class = class_name, error = %e, "cannot create machines")
+                }
+            }
+        }
+    }
+}
+
+fn view(m: &MachineRecord, running_jobs: u32) -> MachineView {
+    MachineView {
+        id: m.id.clone(),
+        state: m.state,
+        running_jobs,
+        use_count: m.use_count,
+        idle_since: m.since,
+        created_at: m.created_at,
+    }
+}
