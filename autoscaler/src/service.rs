@@ -19,14 +19,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{self, Admin};
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, SidecarStart};
 use crate::core::job::JobEvent;
 use crate::decisions::Decisions;
 use crate::delivery::Delivery;
 use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
 use crate::jobs::Jobs;
-use crate::launcher::SshLauncher;
+use crate::launcher::{SidecarLauncher, SshLauncher, UserDataLauncher};
 use crate::machines::{
     ControllerSettings, MachinesSettings, PoolController, PoolMachines, SourceSpec,
 };
@@ -171,7 +171,7 @@ pub async fn run_with(
         |u| u.as_str().trim_end_matches('/').to_string(),
     );
     let decisions = Decisions::new(metrics.clone());
-    let controllers = machine_controllers(
+    let (controllers, sidecar_binaries) = machine_controllers(
         &config,
         &public_url,
         &pools,
@@ -242,7 +242,8 @@ pub async fn run_with(
             Limits::from_config(&config),
         )
         .with_machines(machines)
-        .with_metrics(metrics.clone()),
+        .with_metrics(metrics.clone())
+        .with_sidecar_binaries(sidecar_binaries),
     );
     metrics.register_levels(Levels {
         pools: pools.clone(),
@@ -335,6 +336,9 @@ pub async fn run_with(
     Ok(())
 }
 
+/// Sidecar binaries the mirrored API serves to machines that fetch their own, by SHA-256.
+type SidecarBinaries = std::collections::HashMap<String, std::path::PathBuf>;
+
 /// The machine controller of every pool with a provisioner, installed as its pool's slot gate.
 #[allow(clippy::too_many_arguments)] // start-up wiring: each argument is one shared service
 fn machine_controllers(
@@ -346,13 +350,13 @@ fn machine_controllers(
     store: &Arc<dyn Store>,
     clock: &Arc<dyn Clock>,
     metrics: &Arc<Metrics>,
-) -> Result<Vec<Arc<PoolController>>, ServiceError> {
+) -> Result<(Vec<Arc<PoolController>>, SidecarBinaries), ServiceError> {
     let scaled: Vec<&Arc<Pool>> = pools
         .iter()
         .filter(|p| p.config.provisioner.is_some())
         .collect();
     if scaled.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), SidecarBinaries::new()));
     }
     let setup = |pool: &str, detail: String| ServiceError::PoolSetup {
         pool: pool.to_string(),
@@ -361,6 +365,7 @@ fn machine_controllers(
     let key = ClientKey::load_or_generate(config.ssh.key_file.as_deref(), &config.state.dir)
         .map_err(|e| setup(scaled[0].name(), e.to_string()))?;
     let mut controllers = Vec::new();
+    let mut binaries = SidecarBinaries::new();
     for pool in scaled {
         let (Some(p), Some(sidecar)) = (&pool.config.provisioner, &pool.config.sidecar) else {
             continue;
@@ -421,9 +426,22 @@ fn machine_controllers(
             ca_bundle: t.ca_bundle.clone(),
             system_ca_files: t.system_ca_files.clone(),
         }));
+        let launcher: Arc<dyn SidecarLauncher> = match sidecar.start {
+            SidecarStart::Ssh => Arc::new(SshLauncher::new(injector)),
+            SidecarStart::UserData => {
+                if let Some((path, sum)) = injector.binary() {
+                    binaries.insert(sum.to_string(), path.to_path_buf());
+                }
+                Arc::new(UserDataLauncher::new(
+                    injector,
+                    sidecars.clone(),
+                    pool.name(),
+                ))
+            }
+        };
         let controller = PoolController::new(
             machines,
-            Arc::new(SshLauncher::new(injector)),
+            launcher,
             sidecars.clone(),
             jobs.clone(),
             pool.queue.clone(),
@@ -444,7 +462,7 @@ fn machine_controllers(
         tracing::info!(pool = %pool.name(), provisioner = %p.command.display(), machines = controller.machines.live().len(), "pool scales with its provisioner");
         controllers.push(controller);
     }
-    Ok(controllers)
+    Ok((controllers, binaries))
 }
 
 async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), ServiceError> {

@@ -29,7 +29,9 @@ use figment::value::{Dict, Value};
 use crate::secret::Secret;
 pub use connections::ConnectionLimits;
 pub use job_user::DEFAULT_JOB_USER;
-pub use pool::{Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode};
+pub use pool::{
+    Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode, SidecarStart,
+};
 pub use reader::Problem;
 use reader::{Problems, Section};
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};

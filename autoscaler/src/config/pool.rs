@@ -167,6 +167,8 @@ impl Default for ScalingConfig {
 #[derive(Debug, Clone)]
 pub struct SidecarConfig {
     pub mode: SidecarMode,
+    /// How the sidecar gets onto a machine.
+    pub start: SidecarStart,
     /// A local file uploaded to the machine when it lacks it (checksum verified).
     pub binary: Option<PathBuf>,
     /// The sidecar's directory on the machine, relative to the login user's home.
@@ -182,6 +184,16 @@ pub struct SidecarConfig {
     pub token_binding: super::TokenBinding,
     /// The user the built-in sidecar runs job scripts as (`None`: its own user).
     pub job_user: Option<String>,
+}
+
+/// How a pool's machines get their sidecars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SidecarStart {
+    /// The autoscaler connects over SSH, uploads the binary and starts the sidecar.
+    Ssh,
+    /// The provisioner hands the machine a bootstrap script as its user-data; the machine
+    /// starts its sidecar itself (no SSH from the autoscaler to the machine).
+    UserData,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,8 +435,18 @@ fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarConfig> {
             "must be a plain path without spaces, quotes or shell characters",
         );
     }
+    let start_name: String = s.or("start", "ssh".to_string());
+    let start = match start_name.as_str() {
+        "ssh" => Some(SidecarStart::Ssh),
+        "user_data" => Some(SidecarStart::UserData),
+        other => {
+            s.problem("start", format!("{other:?} is not one of ssh, user_data"));
+            None
+        }
+    };
     let config = SidecarConfig {
         mode: mode?,
+        start: start?,
         binary,
         remote_dir,
         ready_command: s.optional("ready_command"),

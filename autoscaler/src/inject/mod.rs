@@ -3,6 +3,7 @@
 //! verified), write its token and configuration, start it detached so it outlives the session,
 //! and check it did not die on start.
 
+pub mod bootstrap;
 pub mod recipe;
 mod upload;
 
@@ -149,6 +150,17 @@ impl Injector {
             tracing::debug!(system_ca_file = %system, "CA bundle written: the relay's CA and the machine's system CAs");
         }
         Ok(Some(recipe::ca_file(dir)))
+    }
+
+    /// The local binary machines are given, and its SHA-256.
+    pub fn binary(&self) -> Option<(&Path, &str)> {
+        self.binary
+            .as_ref()
+            .map(|(path, sum)| (path.as_path(), sum.as_str()))
+    }
+
+    fn binary_sha256(&self) -> Option<&str> {
+        self.binary.as_ref().map(|(_, sum)| sum.as_str())
     }
 
     fn remote_binary(&self) -> Option<String> {

@@ -7,16 +7,23 @@
 //! key, run the ready check, then start the sidecar with a token minted for that machine. The
 //! controller decides between the steps (it pins the host key, marks the machine reachable and
 //! mints the token), so the steps are separate calls.
+//!
+//! [`UserDataLauncher`] starts sidecars without SSH: before `create`, it mints the machine's
+//! own sidecar token and writes a bootstrap script that the provisioner hands the machine as
+//! its user-data ([`SidecarLauncher::prepare`]).
 
 #[cfg(test)]
 pub mod fake;
 mod ssh;
+mod user_data;
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 pub use self::ssh::SshLauncher;
+pub use self::user_data::UserDataLauncher;
+use crate::core::SidecarId;
 use crate::inject::InjectError;
 use crate::secret::Secret;
 
@@ -39,6 +46,17 @@ pub enum LaunchError {
     /// A launcher without SSH (or a test's fake) refused a step.
     #[error("{step}: {detail}")]
     Refused { step: &'static str, detail: String },
+    #[error("cannot register the machine's sidecar: {0}")]
+    Register(#[from] crate::store::StoreError),
+}
+
+/// A sidecar made ready before its machine exists: registered (its token minted for that
+/// machine) and written into the machine's user-data.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub sidecar: SidecarId,
+    /// The bootstrap script; it carries the token.
+    pub user_data: Secret,
 }
 
 pub type Result<T> = std::result::Result<T, LaunchError>;
@@ -74,4 +92,18 @@ pub trait SidecarLauncher: Send + Sync + std::fmt::Debug + 'static {
 
     /// Asks the sidecar to stop before its machine is destroyed.
     fn stop<'a>(&'a self, target: &'a LaunchTarget, within: Duration) -> BoxFuture<'a, Result<()>>;
+
+    /// Whether the autoscaler connects to the machines (to start, probe and stop sidecars).
+    /// When not, the machine starts its sidecar from user-data and a silent machine is judged
+    /// by the provider's `status`.
+    fn connects(&self) -> bool {
+        true
+    }
+
+    /// Before `create`: the sidecar of machine `machine_id`, for launchers whose machines
+    /// start it at boot (`None` for the others).
+    fn prepare<'a>(&'a self, machine_id: &'a str) -> BoxFuture<'a, Result<Option<Prepared>>> {
+        let _ = machine_id;
+        Box::pin(async { Ok(None) })
+    }
 }

@@ -3,7 +3,8 @@
 //! A machine is lost when the provider says so (`list`, `status`: handled by reconcile), or when
 //! its sidecar goes silent (no job request held, no call started, for longer than the pool's
 //! `silence_timeout`) and a probe over SSH then finds the machine unreachable or the sidecar
-//! process gone. Silence alone is not enough: a runner backing off while GitLab is down is quiet
+//! process gone (for a pool that starts sidecars from user-data, the provider's `status` no
+//! longer says running). Silence alone is not enough: a runner backing off while GitLab is down is quiet
 //! but alive. The jobs a lost machine had been handed but not accepted go to another machine;
 //! the jobs it ran are failed at GitLab with `runner_system_failure`, so that CI `retry:` can
 //! rerun them.
@@ -61,7 +62,7 @@ impl PoolController {
         let task = async move {
             match self.probe(&m).await {
                 Ok(()) => {
-                    tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed over SSH)");
+                    tracing::info!(pool = %self.machines.pool(), machine.id = %m.id, %silence, "silent sidecar is alive (probed)");
                     if let Some(s) = m.sidecar.and_then(|id| self.sidecars.by_id(id)) {
                         self.sidecars.note_seen(&s);
                     }
@@ -83,6 +84,12 @@ impl PoolController {
     }
 
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
+        if !self.launcher.connects() {
+            return match self.machines.provider_state(m).await? {
+                crate::core::reconcile::ProviderState::Running => Ok(()),
+                other => Err(format!("the provider reports it {other:?}")),
+            };
+        }
         let target = super::launch::launch_target(m).ok_or("it has no address")?;
         match self.launcher.alive(&target, PROBE_TIMEOUT).await {
             Ok(true) => Ok(()),

@@ -54,6 +54,9 @@ impl PoolController {
     /// Reach the machine, check readiness, give it its own sidecar token, start the sidecar.
     async fn inject(&self, id: &str) -> Result<(), String> {
         let m = self.machines.get(id).ok_or("the machine vanished")?;
+        if !self.launcher.connects() {
+            return self.await_boot_sidecar(&m);
+        }
         let target = launch_target(&m).ok_or("the provider gave no address")?;
         let session = self
             .launcher
@@ -94,6 +97,32 @@ impl PoolController {
         let result = step.await;
         session.close().await;
         result
+    }
+}
+
+impl PoolController {
+    /// A machine that starts its sidecar from user-data: nothing to do but wait for the first
+    /// poll. The sidecar may have polled already while the provider still said `creating`.
+    fn await_boot_sidecar(&self, m: &MachineRecord) -> Result<(), String> {
+        let sidecar = m.sidecar.ok_or(
+            "it has no sidecar prepared (an adopted machine cannot be given one without a connection)",
+        )?;
+        self.machines
+            .apply(
+                &m.id,
+                MachineEvent::Reachable,
+                "its sidecar starts from user-data",
+            )
+            .map_err(|e| e.to_string())?;
+        let polled = self.queue.has_waiter(sidecar)
+            || self
+                .sidecars
+                .by_id(sidecar)
+                .is_some_and(|s| s.last_seen().is_some());
+        if polled {
+            self.machines.sidecar_polled(&m.id);
+        }
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! guarded by the circuit breaker), reconcile against `list`, refresh a machine that runs,
 //! destroy (retried with backoff until the provider agrees it is gone).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{MachinesError, PoolMachines, sources};
@@ -11,7 +12,9 @@ use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::reconcile::ProviderState;
+use crate::launcher::SidecarLauncher;
 use crate::provisioner::{CreateItem, CreateRequest, Destroyed, ProvisionerError};
+use crate::secret::Secret;
 use crate::store::{Endpoint, HostKey, HostKeySource, MachineRecord};
 
 /// A machine the provider is taking back, and its notice.
@@ -30,18 +33,22 @@ impl PoolMachines {
     /// Asks the pool's sources, in order, for up to `wanted` machines, as each one's maximum,
     /// throttle and circuit breaker allow. Returns how many were asked for.
     pub async fn create(&self, wanted: u32) -> Result<u32, MachinesError> {
-        self.create_of(wanted, None).await
+        self.create_of(wanted, None, None).await
     }
 
-    /// Like [`PoolMachines::create`], for machines of `class` (from its sources only).
+    /// Like [`PoolMachines::create`], for machines of `class` (from its sources only), each
+    /// machine's sidecar prepared by `launcher` first when it starts from user-data (its token
+    /// is minted before the provider hears of the machine).
     pub async fn create_of(
         &self,
         wanted: u32,
         class: Option<&MachineClass>,
+        launcher: Option<&dyn SidecarLauncher>,
     ) -> Result<u32, MachinesError> {
         let now = self.clock.now();
         let mut left = wanted;
         let mut asked = Vec::new();
+        let mut user_data = HashMap::new();
         let allowed = |name: &str| {
             class.is_none_or(|c| c.sources.is_empty() || c.sources.iter().any(|s| s == name))
         };
@@ -69,11 +76,30 @@ impl PoolMachines {
                 let mut record = self.new_record(MachineState::Requested)?;
                 record.source = source.name().to_string();
                 record.class = class.map(|c| c.name.clone());
+                if let Some(launcher) = launcher {
+                    match launcher.prepare(&record.id).await {
+                        Ok(Some(p)) => {
+                            record.sidecar = Some(p.sidecar);
+                            user_data.insert(record.id.clone(), p.user_data);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::error!(pool = %self.pool(), machine.id = %record.id, error = %e, "cannot prepare the machine's sidecar; not creating it");
+                            break;
+                        }
+                    }
+                }
                 ids.push(record.id.clone());
                 self.insert(record)?;
             }
-            asked.push((source, ids));
-            left -= n;
+            let made = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            if made > 0 {
+                asked.push((source, ids));
+            }
+            left -= made;
+            if made < n {
+                break;
+            }
         }
         if asked.is_empty() {
             return Ok(0);
@@ -81,9 +107,10 @@ impl PoolMachines {
         // A machine we ask for must be in the store before the provider hears of it: after a
         // crash, its key finds it again.
         self.store.durable().await?;
+        let user_data = &user_data;
         let calls = asked.iter().flat_map(|(source, ids)| {
             ids.chunks(source.batch())
-                .map(move |batch| self.create_batch(source, batch.to_vec()))
+                .map(|batch| self.create_batch(source, batch.to_vec(), user_data))
         });
         futures::future::join_all(calls).await;
         Ok(wanted - left)
@@ -108,7 +135,12 @@ impl PoolMachines {
         labels
     }
 
-    async fn create_batch(&self, source: &sources::Source, ids: Vec<String>) {
+    async fn create_batch(
+        &self,
+        source: &sources::Source,
+        ids: Vec<String>,
+        user_data: &HashMap<String, Secret>,
+    ) {
         let mut labels = self.source_labels(source);
         let machines = ids
             .iter()
@@ -117,6 +149,7 @@ impl PoolMachines {
                 CreateItem {
                     key: id.clone(),
                     labels: labels.clone(),
+                    user_data: user_data.get(id).cloned(),
                 }
             })
             .collect();
@@ -281,6 +314,20 @@ impl PoolMachines {
         };
         if let Err(e) = result {
             tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot record the machine's status");
+        }
+    }
+
+    /// The state the provider's `status` gives a machine (judging a silent machine that the
+    /// autoscaler does not connect to).
+    pub async fn provider_state(&self, m: &MachineRecord) -> Result<ProviderState, String> {
+        let provider_id = m.provider_id.as_deref().ok_or("it has no provider id")?;
+        let source = self.source_of(m);
+        match source.provisioner().status(provider_id).await {
+            Ok(status) => Ok(status.state),
+            Err(e) => {
+                self.provisioner_failed(source, &e, "status");
+                Err(format!("status failed: {e}"))
+            }
         }
     }
 

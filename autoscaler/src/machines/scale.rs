@@ -153,7 +153,11 @@ impl PoolController {
         if plan.create > 0 {
             let class_name = class.map_or("-", |c| c.name.as_str());
             tracing::info!(pool = %self.pool(), class = class_name, create = plan.create, reason = reason_code(plan.reason), summary = %plan.summary, "scaling up");
-            match self.machines.create_of(plan.create, class).await {
+            match self
+                .machines
+                .create_of(plan.create, class, Some(self.launcher.as_ref()))
+                .await
+            {
                 Ok(n) if n < plan.create => {
                     created = n;
                     tracing::debug!(pool = %self.pool(), class = class_name, asked = plan.create, created = n, "creation throttled or paused");

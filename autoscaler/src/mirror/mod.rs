@@ -12,6 +12,7 @@ mod long_polls;
 mod params;
 mod relay;
 mod runners;
+mod sidecar_binary;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub struct App {
     /// Registration token digest → pool name.
     registration: HashMap<TokenDigest, String>,
     pub metrics: Arc<Metrics>,
+    /// Sidecar binaries machines fetch at boot (pools that start sidecars from user-data),
+    /// by SHA-256.
+    sidecar_binaries: HashMap<String, std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +116,7 @@ impl App {
             machines: HashMap::new(),
             registration,
             metrics: Arc::new(Metrics::new()),
+            sidecar_binaries: HashMap::new(),
         }
     }
 
@@ -119,6 +124,12 @@ impl App {
     #[must_use]
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Serves these sidecar binaries (SHA-256 → file) to machines that fetch their own.
+    pub fn with_sidecar_binaries(mut self, binaries: HashMap<String, std::path::PathBuf>) -> Self {
+        self.sidecar_binaries = binaries;
         self
     }
 
@@ -209,6 +220,11 @@ pub fn route_table() -> Routes<Arc<App>> {
             Method::GET,
             "/api/v4/jobs/{id}/artifacts",
             relay::download_artifacts,
+        )
+        .add(
+            Method::GET,
+            "/autoscaler/v1/sidecar-binary/{sha256}",
+            sidecar_binary::download,
         )
 }
 

@@ -341,6 +341,7 @@ impl Kit {
         let item = CreateItem {
             key: key.clone(),
             labels: labels.clone(),
+            user_data: None,
         };
         let create = self
             .request(json!({"machines": [item], "ssh_public_key": public_key, "user_data": null}));

@@ -119,6 +119,7 @@ impl Provisioner for FakeProvisioner {
                     batch_create: true,
                     max_batch: Some(5),
                     host_key: false,
+                    machine_user_data: false,
                 },
             })
         })

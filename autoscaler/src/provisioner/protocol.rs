@@ -27,6 +27,9 @@ pub struct Capabilities {
     pub max_batch: Option<u32>,
     #[serde(default)]
     pub host_key: bool,
+    /// `create` honours each machine's own `user_data` (sidecars started at boot).
+    #[serde(default)]
+    pub machine_user_data: bool,
 }
 
 impl Capabilities {
@@ -44,6 +47,11 @@ impl Capabilities {
 pub struct CreateItem {
     pub key: String,
     pub labels: Labels,
+    /// This machine's own user-data (a bootstrap script carrying its sidecar token), for pools
+    /// whose sidecars start at boot. Left out when absent, so older provisioners see the
+    /// request they know.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<crate::secret::Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -264,10 +272,29 @@ mod tests {
     }
 
     #[test]
+    fn a_machines_own_user_data_is_sent_only_when_it_has_one() {
+        let plain = CreateItem {
+            key: "k1".into(),
+            labels: Labels::new(),
+            user_data: None,
+        };
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("user_data").is_none(), "{json}");
+        let own = CreateItem {
+            user_data: Some(crate::secret::Secret::new("#!/bin/sh\necho hi\n")),
+            ..plain
+        };
+        let json = serde_json::to_value(&own).unwrap();
+        assert_eq!(json["user_data"], "#!/bin/sh\necho hi\n");
+        assert!(!format!("{own:?}").contains("echo hi"), "Debug hides it");
+    }
+
+    #[test]
     fn create_answers_must_match_what_was_asked() {
         let asked = vec![CreateItem {
             key: "k1".into(),
             labels: Labels::new(),
+            user_data: None,
         }];
         assert!(
             parse_created(

@@ -5,7 +5,7 @@
 //! prints the table with targets, and writes it into `BENCHMARKS.md` between its markers.
 //!
 //! `bench [FIGURE...] [--quick] [--no-write]`; figures: `pickup`, `throughput`, `trace`,
-//! `artifacts`, `footprint`, `durability`. `--quick` shrinks every figure (a smoke run; its
+//! `artifacts`, `footprint`, `durability`, `injection`. `--quick` shrinks every figure (a smoke run; its
 //! numbers are not written).
 
 #![allow(clippy::print_stdout)]
@@ -149,6 +149,10 @@ async fn run(args: Args) -> Result<bool> {
     if wants("durability") {
         let r = figures::durability::run(&dir.join("durability"), if q { 256 } else { 2048 }).await;
         step("durability", r)?;
+    }
+    if wants("injection") {
+        let r = figures::injection::run(&dir.join("injection")).await;
+        step("injection", r)?;
     }
     let table = report::table(&rows);
     let took = started.elapsed().as_secs_f64();

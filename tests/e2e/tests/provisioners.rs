@@ -251,7 +251,11 @@ async fn twenty_local_machines_are_reachable_with_pinned_host_keys_and_leave_not
             ]);
             let created = p
                 .create(CreateRequest {
-                    machines: vec![CreateItem { key, labels }],
+                    machines: vec![CreateItem {
+                        key,
+                        labels,
+                        user_data: None,
+                    }],
                     ssh_public_key: public_key,
                     user_data: None,
                 })

@@ -3,6 +3,7 @@
 pub mod artifacts;
 pub mod durability;
 pub mod footprint;
+pub mod injection;
 pub mod pickup;
 pub mod throughput;
 pub mod trace;
