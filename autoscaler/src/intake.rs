@@ -207,7 +207,9 @@ impl Intake {
         if !self.jobs.store_writable().await {
             return Round::Failed {
                 retry_after: None,
-                reason: "the store cannot write; no job is taken from GitLab until it can".into(),
+                // The store's error itself is logged once per episode (`Jobs`); this only says
+                // why the intake waits.
+                reason: "paused until the store takes writes again".into(),
             };
         }
         let mut info = self

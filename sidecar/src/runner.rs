@@ -265,6 +265,18 @@ pub async fn run(config: RunnerConfig, shutdown: Shutdown) -> Result<RunSummary,
         path: config.builds_dir.clone(),
         source,
     })?;
+    if let Some(user) = &config.job_user {
+        // Files the sidecar writes for a job (its scripts) are read by the job user: they must
+        // not inherit a boot script's `umask 077`. The sidecar's own files (its token) are in a
+        // directory of mode 700.
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        open_to_job_user(&config.builds_dir, &user.home).map_err(|source| {
+            RunnerError::BuildsDir {
+                path: config.builds_dir.clone(),
+                source,
+            }
+        })?;
+    }
     let info = Arc::new(RunnerInfo::sidecar());
     let mut settings = JobSettings::new(config.builds_dir.clone(), system_id.clone());
     settings.output_limit = config.output_limit;
@@ -342,6 +354,20 @@ pub async fn run(config: RunnerConfig, shutdown: Shutdown) -> Result<RunSummary,
         .unwrap_or_default();
     tracing::info!(jobs = jobs.len(), "sidecar runner stopped");
     Ok(RunSummary { jobs })
+}
+
+/// The job user must pass through the builds directory (and the ones above it, below its home)
+/// to reach the job directories handed to it, whatever the umask the sidecar was started with
+/// (a boot script's `umask 077` would make them root's alone). Listing them shows only job
+/// directory names.
+fn open_to_job_user(builds_dir: &std::path::Path, home: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut dir = Some(builds_dir);
+    while let Some(d) = dir.filter(|d| d.starts_with(home) && *d != home) {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+        dir = d.parent();
+    }
+    Ok(())
 }
 
 #[cfg(test)]
