@@ -100,8 +100,8 @@ pub fn script(l: &Launch<'_>, files: &[(&str, u32, String)], extras: &Extras<'_>
 }
 
 impl Injector {
-    /// The bootstrap script that starts the sidecar named `name` with `token` at boot.
-    /// `binary_base`: the autoscaler's URL for [`BINARY_PATH`]. A secret: it holds the token.
+    /// The bootstrap script that starts the sidecar named `name` with `token` at boot; it
+    /// fetches the binary from the autoscaler's [`BINARY_PATH`]. A secret: it holds the token.
     pub fn bootstrap(&self, name: &str, token: &Secret) -> Result<Secret, InjectError> {
         let dir = &self.config.remote_dir;
         let relay_ca = match &self.ca {
@@ -113,16 +113,7 @@ impl Injector {
         };
         let ca_file = relay_ca.as_ref().map(|_| recipe::ca_file(dir));
         let remote_binary = self.remote_binary();
-        let launch = Launch {
-            mode: &self.config.mode,
-            url: &self.public_url,
-            name,
-            concurrency: self.concurrency,
-            dir,
-            binary: remote_binary.as_deref(),
-            ca_file: ca_file.as_deref(),
-            job_user: self.config.job_user.as_deref(),
-        };
+        let launch = self.launch(name, remote_binary.as_deref(), ca_file.as_deref());
         let url = self
             .binary_sha256()
             .map(|sum| format!("{}{BINARY_PATH}/{sum}", self.public_url));

@@ -163,6 +163,26 @@ impl Injector {
         self.binary.as_ref().map(|(_, sum)| sum.as_str())
     }
 
+    /// How the sidecar named `name` is started with this pool's settings, over SSH or from a
+    /// boot script alike.
+    fn launch<'a>(
+        &'a self,
+        name: &'a str,
+        binary: Option<&'a str>,
+        ca_file: Option<&'a str>,
+    ) -> Launch<'a> {
+        Launch {
+            mode: &self.config.mode,
+            url: &self.public_url,
+            name,
+            concurrency: self.concurrency,
+            dir: &self.config.remote_dir,
+            binary,
+            ca_file,
+            job_user: self.config.job_user.as_deref(),
+        }
+    }
+
     fn remote_binary(&self) -> Option<String> {
         let (path, _) = self.binary.as_ref()?;
         let name = path.file_name()?.to_string_lossy().into_owned();
@@ -250,16 +270,7 @@ impl Injector {
         self.upload(conn).await?;
         let ca_file = self.write_ca(conn).await?;
         let remote_binary = self.remote_binary();
-        let launch = Launch {
-            mode: &self.config.mode,
-            url: &self.public_url,
-            name,
-            concurrency: self.concurrency,
-            dir,
-            binary: remote_binary.as_deref(),
-            ca_file: ca_file.as_deref(),
-            job_user: self.config.job_user.as_deref(),
-        };
+        let launch = self.launch(name, remote_binary.as_deref(), ca_file.as_deref());
         if let Some(user) = launch.job_user {
             self.run(
                 conn,

@@ -117,8 +117,13 @@ impl PoolController {
     /// The class `m` belongs to (`None`: the pool has no classes). A machine without one
     /// (adopted, or made before classes were configured) is of the default class.
     pub(super) fn class_of(&self, m: &MachineRecord) -> Option<String> {
+        self.class_named(m.class.as_deref())
+    }
+
+    /// The class of a machine whose record names `recorded`.
+    pub(super) fn class_named(&self, recorded: Option<&str>) -> Option<String> {
         let classes = self.classes.as_ref()?;
-        Some(m.class.clone().unwrap_or_else(|| classes.default.clone()))
+        Some(recorded.unwrap_or(&classes.default).to_string())
     }
 
     /// Jobs at once on machine `m`.

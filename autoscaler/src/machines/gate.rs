@@ -14,7 +14,10 @@ impl SlotGate for PoolController {
             .last_project
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let classes = self.classes.as_ref().map(|_| self.machines.by_sidecars());
+        let classes = self
+            .classes
+            .as_ref()
+            .map(|_| self.machines.classes_by_sidecar());
         sidecars
             .iter()
             .map(|s| Placement {
@@ -23,7 +26,7 @@ impl SlotGate for PoolController {
                 class: classes
                     .as_ref()
                     .and_then(|by_sidecar| by_sidecar.get(s))
-                    .and_then(|m| self.class_of(m)),
+                    .and_then(|recorded| self.class_named(recorded.as_deref())),
             })
             .collect()
     }

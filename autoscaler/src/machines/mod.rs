@@ -186,11 +186,13 @@ impl PoolMachines {
 
     /// Whether the pool can have new machines: closed while any source's breaker is; else the
     /// first source's state (when it reopens).
-    /// Every machine with a sidecar, by its sidecar.
-    pub fn by_sidecars(&self) -> std::collections::HashMap<crate::core::SidecarId, MachineRecord> {
+    /// The class of every machine with a sidecar, by its sidecar (`None`: no class recorded).
+    pub fn classes_by_sidecar(
+        &self,
+    ) -> std::collections::HashMap<crate::core::SidecarId, Option<String>> {
         self.lock()
             .values()
-            .filter_map(|m| Some((m.sidecar?, m.clone())))
+            .filter_map(|m| Some((m.sidecar?, m.class.clone())))
             .collect()
     }
 

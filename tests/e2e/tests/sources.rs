@@ -4,13 +4,29 @@
 //! other's machines for orphans. Classes: a job chooses one with a CI variable and runs on a
 //! machine of that class's source; a job naming a class the pool lacks fails at once.
 
+use std::path::Path;
+
 use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::counting::WITHIN;
 use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec, repo_root};
 use fake_gitlab::control::{JobSpec, JobStatus, JobVariable};
 
-fn creates(log: &std::path::Path) -> Result<usize> {
+/// A `[[pools.sources]]` entry: the counting local provisioner logging to `log`, machines under
+/// `root`, and `extra` keys.
+fn source_table(name: &str, extra: &str, root: &Path, log: &Path) -> String {
+    format!(
+        "[[pools.sources]]\nname = \"{name}\"\n{extra}\ncommand = \"{}\"\nreconcile_interval = \"1s\"\n\
+         env = {{ LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\" }}\n",
+        repo_root()
+            .join("tests/e2e/fixtures/counting-provisioner")
+            .display(),
+        root.display(),
+        log.display()
+    )
+}
+
+fn creates(log: &Path) -> Result<usize> {
     Ok(std::fs::read_to_string(log)?
         .lines()
         .filter(|l| l.starts_with("create "))
@@ -25,16 +41,7 @@ async fn when_the_first_source_is_full_machines_come_from_the_next() -> Result<(
     let (onprem_log, cloud_log) = (dir.path().join("onprem.log"), dir.path().join("cloud.log"));
     std::fs::write(&onprem_log, "")?;
     std::fs::write(&cloud_log, "")?;
-    let provisioner = repo_root().join("tests/e2e/fixtures/counting-provisioner");
-    let source = |name: &str, max: &str, log: &std::path::Path| {
-        format!(
-            "[[pools.sources]]\nname = \"{name}\"\n{max}\ncommand = \"{}\"\nreconcile_interval = \"1s\"\n\
-             env = {{ LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\" }}\n",
-            provisioner.display(),
-            root.display(),
-            log.display()
-        )
-    };
+    let source = |name: &str, max: &str, log: &Path| source_table(name, max, &root, log);
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
     let mut pool = PoolSpec::new("local");
     pool.tail = format!(
@@ -95,16 +102,7 @@ async fn a_job_runs_on_the_class_it_names_and_an_unknown_class_fails_at_once() -
     let (small_log, large_log) = (dir.path().join("small.log"), dir.path().join("large.log"));
     std::fs::write(&small_log, "")?;
     std::fs::write(&large_log, "")?;
-    let provisioner = repo_root().join("tests/e2e/fixtures/counting-provisioner");
-    let source = |name: &str, log: &std::path::Path| {
-        format!(
-            "[[pools.sources]]\nname = \"{name}\"\ncommand = \"{}\"\nreconcile_interval = \"1s\"\n\
-             env = {{ LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\" }}\n",
-            provisioner.display(),
-            root.display(),
-            log.display()
-        )
-    };
+    let source = |name: &str, log: &Path| source_table(name, "", &root, log);
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
     let mut pool = PoolSpec::new("local");
     pool.tail = format!(
