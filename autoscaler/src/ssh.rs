@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey};
 use russh::{ChannelMsg, client};
-use tokio::io::AsyncRead;
 
 /// Most bytes of stdout or stderr kept from one remote command.
 const OUTPUT_LIMIT: usize = 256 * 1024;
@@ -201,6 +201,20 @@ impl Output {
     }
 
     /// The end of stderr (or stdout), for error messages.
+    /// Keeps what one channel message says about the command.
+    fn take(&mut self, msg: ChannelMsg) {
+        match msg {
+            ChannelMsg::Data { data } if self.stdout.len() < OUTPUT_LIMIT => {
+                self.stdout.extend_from_slice(&data);
+            }
+            ChannelMsg::ExtendedData { data, .. } if self.stderr.len() < OUTPUT_LIMIT => {
+                self.stderr.extend_from_slice(&data);
+            }
+            ChannelMsg::ExitStatus { exit_status } => self.status = Some(exit_status),
+            _ => {}
+        }
+    }
+
     pub fn complaint(&self) -> String {
         let text = if self.stderr.is_empty() {
             &self.stdout
@@ -241,6 +255,9 @@ impl Connection {
         let config = Arc::new(client::Config {
             inactivity_timeout: Some(Duration::from_secs(120)),
             keepalive_interval: Some(Duration::from_secs(30)),
+            // Injection is a few small request-and-answer exchanges: without this, Nagle's
+            // algorithm holds each small packet until the previous one is acknowledged.
+            nodelay: true,
             ..Default::default()
         });
         let connect = async {
@@ -307,14 +324,18 @@ impl Connection {
     }
 
     /// Runs `command` (through the remote user's shell), feeding it `stdin`, within `timeout`.
+    ///
+    /// Input is written while output is read, and a command may end without reading all its
+    /// input: the rest is then not sent. That lets one command decide on the machine whether
+    /// it needs what is being streamed to it (the sidecar binary it may already have).
     pub async fn exec(
         &self,
         command: &str,
-        stdin: Option<&mut (dyn AsyncRead + Unpin + Send)>,
+        stdin: Option<Bytes>,
         timeout: Duration,
     ) -> Result<Output, SshError> {
         let run = async {
-            let mut channel = self
+            let channel = self
                 .handle
                 .channel_open_session()
                 .await
@@ -323,28 +344,39 @@ impl Connection {
                 .exec(true, command)
                 .await
                 .map_err(|e| self.protocol(e))?;
-            if let Some(input) = stdin {
-                channel.data(input).await.map_err(|e| self.protocol(e))?;
-            }
-            channel.eof().await.map_err(|e| self.protocol(e))?;
-            let mut out = Output {
-                status: None,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
+            let (mut reader, writer) = channel.split();
+            let writing = async {
+                if let Some(input) = stdin {
+                    // Owned bytes go out in packets as large as the peer allows, uncopied.
+                    writer.data_bytes(input).await?;
+                }
+                writer.eof().await
             };
-            while let Some(msg) = channel.wait().await {
-                match msg {
-                    ChannelMsg::Data { data } if out.stdout.len() < OUTPUT_LIMIT => {
-                        out.stdout.extend_from_slice(&data)
+            let reading = async {
+                let mut out = Output {
+                    status: None,
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                };
+                while let Some(msg) = reader.wait().await {
+                    out.take(msg);
+                }
+                out
+            };
+            tokio::pin!(writing, reading);
+            let mut written = false;
+            loop {
+                tokio::select! {
+                    done = &mut writing, if !written => {
+                        written = true;
+                        if let Err(e) = done {
+                            // The command's exit status (read below) tells whether that mattered.
+                            tracing::debug!(target = %self.target, error = %e, "input not fully sent");
+                        }
                     }
-                    ChannelMsg::ExtendedData { data, .. } if out.stderr.len() < OUTPUT_LIMIT => {
-                        out.stderr.extend_from_slice(&data);
-                    }
-                    ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
-                    _ => {}
+                    out = &mut reading => break Ok(out),
                 }
             }
-            Ok(out)
         };
         tokio::time::timeout(timeout, run)
             .await

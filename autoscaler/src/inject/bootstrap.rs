@@ -36,11 +36,17 @@ pub struct Extras<'a> {
     pub ca: Option<(&'a str, &'a [String])>,
 }
 
-/// `printf … | base64 -d > path`: file contents travel base64-encoded, so that nothing in
-/// them (quotes, heredoc markers) can change the script.
-fn write_file(path: &str, mode: u32, contents: &str) -> String {
+/// `printf … | base64 -d`: prints `contents`, which travel base64-encoded so that nothing in
+/// them (quotes, heredoc markers) can change the script, and only through shell builtins, so
+/// that they never appear on a command line.
+pub(super) fn decoded(contents: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(contents);
-    format!("printf '%s' '{encoded}' | base64 -d > {path} && chmod {mode:o} {path}\n")
+    format!("printf '%s' '{encoded}' | base64 -d")
+}
+
+/// Writes `contents` to `path` with `mode`.
+pub(super) fn write_file(path: &str, mode: u32, contents: &str) -> String {
+    format!("{} > {path} && chmod {mode:o} {path}\n", decoded(contents))
 }
 
 /// The bootstrap script for one machine. `files` are [`recipe::files`] (the token among them).
@@ -88,9 +94,9 @@ pub fn script(l: &Launch<'_>, files: &[(&str, u32, String)], extras: &Extras<'_>
         s.push_str(&write_file(&format!("{dir}/{file}"), *mode, contents));
     }
     if let Some((pem, system)) = extras.ca {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
         s.push_str(&format!(
-            "printf '%s' '{encoded}' | base64 -d | {{ {}; }}\n",
+            "{} | {{ {}; }}\n",
+            decoded(pem),
             recipe::write_ca_bundle(dir, system)
         ));
     }

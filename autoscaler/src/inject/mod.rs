@@ -4,6 +4,7 @@
 //! and check it did not die on start.
 
 pub mod bootstrap;
+mod install;
 pub mod recipe;
 mod upload;
 
@@ -15,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{SidecarConfig, SidecarMode};
 use crate::secret::Secret;
 use crate::ssh::{ClientKey, Connection, SshError, Target};
+use install::Outcome;
 use recipe::Launch;
 
 /// One SSH connection attempt.
@@ -76,8 +78,8 @@ pub struct Injector {
     pub concurrency: u32,
     /// The local file uploaded as the sidecar binary, and its SHA-256.
     binary: Option<(PathBuf, String)>,
-    /// The binary gzip-compressed, made at the first upload and shared by every machine.
-    compressed: std::sync::Arc<tokio::sync::OnceCell<std::sync::Arc<Vec<u8>>>>,
+    /// The binary gzip-compressed, made once and shared by every machine.
+    compressed: std::sync::Arc<tokio::sync::OnceCell<bytes::Bytes>>,
     /// With TLS on: the CA bundle to write on each machine.
     ca: Option<SidecarCa>,
 }
@@ -129,27 +131,14 @@ impl Injector {
         self
     }
 
-    /// Writes the CA bundle on the machine and returns its path there (TLS only).
-    async fn write_ca(&self, conn: &Connection) -> Result<Option<String>, InjectError> {
+    /// With TLS: the relay's CA certificates (read at each injection, so that machines made
+    /// after a certificate reload get the current CA) and the system CA files to append.
+    fn relay_ca(&self) -> Result<Option<(String, &[String])>, InjectError> {
         let Some(ca) = &self.ca else {
             return Ok(None);
         };
-        let relay = crate::tls::relay_ca_pem(&ca.certificate, ca.ca_bundle.as_deref())?;
-        let dir = &self.config.remote_dir;
-        let system = self
-            .run(
-                conn,
-                "writing the CA bundle",
-                &recipe::write_ca_bundle(dir, &ca.system_ca_files),
-                Some(relay.as_bytes()),
-            )
-            .await?;
-        if system == "none" {
-            tracing::warn!(tried = ?ca.system_ca_files, "no system CA certificates on the machine: the sidecar trusts only the relay's CA, and HTTPS clones from GitLab may fail");
-        } else {
-            tracing::debug!(system_ca_file = %system, "CA bundle written: the relay's CA and the machine's system CAs");
-        }
-        Ok(Some(recipe::ca_file(dir)))
+        let pem = crate::tls::relay_ca_pem(&ca.certificate, ca.ca_bundle.as_deref())?;
+        Ok(Some((pem, ca.system_ca_files.as_slice())))
     }
 
     /// The local binary machines are given, and its SHA-256.
@@ -237,11 +226,8 @@ impl Injector {
         command: &str,
         stdin: Option<&[u8]>,
     ) -> Result<String, InjectError> {
-        let mut input = stdin.map(std::io::Cursor::new);
-        let reader = input
-            .as_mut()
-            .map(|c| c as &mut (dyn tokio::io::AsyncRead + Unpin + Send));
-        let out = conn.exec(command, reader, COMMAND_TIMEOUT).await?;
+        let input = stdin.map(bytes::Bytes::copy_from_slice);
+        let out = conn.exec(command, input, COMMAND_TIMEOUT).await?;
         if !out.success() {
             return Err(InjectError::Remote {
                 step,
@@ -252,74 +238,61 @@ impl Injector {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
-    /// Installs and starts the sidecar named `name` with `token` on an open connection.
+    /// Installs and starts the sidecar named `name` with `token` on an open connection, in two
+    /// remote commands: the directory and the binary (`upload.rs`), then one script for the
+    /// rest (`install.rs`).
     pub async fn start(
         &self,
         conn: &Connection,
         name: &str,
         token: &Secret,
     ) -> Result<String, InjectError> {
-        let dir = &self.config.remote_dir;
-        self.run(
-            conn,
-            "creating the sidecar directory",
-            &format!("mkdir -p {dir}/builds && chmod 700 {dir}"),
-            None,
-        )
-        .await?;
-        self.upload(conn).await?;
-        let ca_file = self.write_ca(conn).await?;
+        self.install_binary(conn).await?;
+        let ca = self.relay_ca()?;
+        let ca_file = ca
+            .as_ref()
+            .map(|_| recipe::ca_file(&self.config.remote_dir));
         let remote_binary = self.remote_binary();
         let launch = self.launch(name, remote_binary.as_deref(), ca_file.as_deref());
-        if let Some(user) = launch.job_user {
-            self.run(
-                conn,
-                "creating the job user",
-                &recipe::ensure_job_user(user),
-                None,
-            )
-            .await?;
+        let files = recipe::files(&launch, token.expose());
+        let ca_parts = ca.as_ref().map(|(pem, system)| (pem.as_str(), *system));
+        // The script holds the token: it goes on stdin, never on a command line.
+        let script = bytes::Bytes::from(install::script(&launch, &files, ca_parts));
+        let out = conn.exec("sh -s", Some(script), COMMAND_TIMEOUT).await?;
+        match install::parse(out.status, &String::from_utf8_lossy(&out.stdout)) {
+            Outcome::Started { pid, ca_system } => {
+                self.note_ca_system(ca_system.as_deref());
+                Ok(pid)
+            }
+            Outcome::StepFailed { step, output } => Err(InjectError::Remote {
+                step,
+                status: out.status,
+                output,
+            }),
+            Outcome::Exited { log } => Err(InjectError::SidecarExited { log }),
+            Outcome::Broken { status, output } => Err(InjectError::Remote {
+                step: "installing and starting the sidecar",
+                status,
+                output: if output.is_empty() {
+                    out.complaint()
+                } else {
+                    output
+                },
+            }),
         }
-        for (file, mode, contents) in recipe::files(&launch, token.expose()) {
-            let command = format!("umask 077 && cat > {dir}/{file} && chmod {mode:o} {dir}/{file}");
-            self.run(
-                conn,
-                "writing the sidecar's configuration",
-                &command,
-                Some(contents.as_bytes()),
-            )
-            .await?;
+    }
+
+    /// Logs which system CA certificates joined the relay's in the sidecar's bundle.
+    fn note_ca_system(&self, system: Option<&str>) {
+        let Some(ca) = &self.ca else { return };
+        match system {
+            Some("none") | None => {
+                tracing::warn!(tried = ?ca.system_ca_files, "no system CA certificates on the machine: the sidecar trusts only the relay's CA, and HTTPS clones from GitLab may fail")
+            }
+            Some(file) => {
+                tracing::debug!(system_ca_file = %file, "CA bundle written: the relay's CA and the machine's system CAs")
+            }
         }
-        // A sidecar still running from an earlier attempt on this machine is stopped first.
-        let _ = conn
-            .exec(
-                &format!("test -f {dir}/sidecar.pid && kill $(cat {dir}/sidecar.pid) 2>/dev/null"),
-                None,
-                COMMAND_TIMEOUT,
-            )
-            .await;
-        let pid = self
-            .run(
-                conn,
-                "starting the sidecar",
-                &recipe::start_detached(dir, &recipe::command(&launch)),
-                None,
-            )
-            .await?;
-        let out = conn
-            .exec(&recipe::still_running(dir, &pid), None, COMMAND_TIMEOUT)
-            .await?;
-        if !out.success() {
-            return Err(InjectError::SidecarExited {
-                log: String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-            });
-        }
-        Ok(pid)
     }
 
     /// The last lines of the sidecar's log on the machine, for troubleshooting.

@@ -179,16 +179,6 @@ pub fn start_detached(dir: &str, command: &str) -> String {
     )
 }
 
-/// Succeeds when process `pid` still runs one second after its start (a zombie does not count:
-/// it exited and waits to be reaped); otherwise prints the end of the sidecar's log and fails.
-pub fn still_running(dir: &str, pid: &str) -> String {
-    let pid = quote(pid);
-    format!(
-        "sleep 1; if kill -0 {pid} 2>/dev/null && [ \"$(ps -o stat= -p {pid} 2>/dev/null | cut -c1)\" != Z ]; then exit 0; fi; \
-         tail -n 20 {dir}/sidecar.log 2>/dev/null; exit 1"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

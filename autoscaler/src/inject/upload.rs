@@ -1,85 +1,98 @@
-//! Putting the sidecar binary on a machine: skipped when the machine already has the right
-//! checksum; otherwise sent gzip-compressed (a sidecar binary shrinks to about a third) when
-//! the machine has `gzip`, and checked on arrival before it replaces the old one.
+//! Putting the sidecar binary on a machine, in one remote command in the usual case: the
+//! command creates the sidecar's directory, and then either finds the binary already there
+//! with the right checksum (and stops reading: the rest of the stream is not sent) or unpacks
+//! the gzip-compressed stream (a sidecar binary shrinks to about a half), checks what arrived
+//! on the machine, and only then moves it into place. A machine without `gzip` says so, and
+//! gets the binary uncompressed in a second command.
 
 use std::io::Write;
-use std::sync::Arc;
 
-use super::{COMMAND_TIMEOUT, InjectError, Injector, UPLOAD_TIMEOUT};
+use bytes::Bytes;
+
+use super::{InjectError, Injector, UPLOAD_TIMEOUT};
 use crate::ssh::Connection;
 
+/// Exit status of the upload when what arrived has another checksum (printed).
+const CORRUPTED: u32 = 3;
+/// Exit status of a compressed upload to a machine without `gzip`.
+const NO_GZIP: u32 = 5;
+
 impl Injector {
-    /// Uploads the binary unless the machine already has it, and verifies what arrived.
-    pub(super) async fn upload(&self, conn: &Connection) -> Result<(), InjectError> {
+    /// Creates the sidecar's directory (mode 700) and puts the binary there unless the machine
+    /// already has it.
+    pub(super) async fn install_binary(&self, conn: &Connection) -> Result<(), InjectError> {
+        let dir = &self.config.remote_dir;
+        let mkdir = format!("mkdir -p {dir}/builds {dir}/bin && chmod 700 {dir}");
         let (Some((local, sum)), Some(remote)) = (&self.binary, self.remote_binary()) else {
+            self.run(conn, "creating the sidecar directory", &mkdir, None)
+                .await?;
             return Ok(());
         };
-        let present = conn
-            .exec(
-                &format!("sha256sum {remote} 2>/dev/null; command -v gzip"),
-                None,
-                COMMAND_TIMEOUT,
-            )
-            .await?;
-        let answer = String::from_utf8_lossy(&present.stdout).to_string();
-        if answer.split_whitespace().next() == Some(sum.as_str()) {
-            tracing::debug!(%remote, "the machine already has the sidecar binary");
-            return Ok(());
-        }
-        let has_gzip = answer
-            .lines()
-            .any(|line| line.trim_end().ends_with("/gzip"));
         let tmp = format!("{remote}.upload");
-        let (unpack, bytes) = if has_gzip {
-            ("gzip -dc", self.compressed_binary(local).await?)
-        } else {
-            ("cat", Arc::new(read(local).await?))
+        let command = |unpack: &str| {
+            format!(
+                "{mkdir} || exit 1\n\
+                 if echo '{sum}  {remote}' | sha256sum -c - >/dev/null 2>&1; then echo present; exit 0; fi\n\
+                 {unpack} > {tmp} && chmod 755 {tmp} && got=$(sha256sum {tmp} | cut -d' ' -f1) || exit 1\n\
+                 if [ \"$got\" = {sum} ]; then mv -f {tmp} {remote}; else rm -f {tmp}; echo \"$got\"; exit {CORRUPTED}; fi\n"
+            )
         };
-        let command = format!(
-            "mkdir -p {dir}/bin && {unpack} > {tmp} && chmod 755 {tmp} && sha256sum {tmp}",
-            dir = self.config.remote_dir
-        );
-        let mut input: &[u8] = &bytes;
-        let out = conn
-            .exec(&command, Some(&mut input), UPLOAD_TIMEOUT)
-            .await?;
-        if !out.success() {
-            return Err(InjectError::Remote {
+        let gzip = format!("command -v gzip >/dev/null || exit {NO_GZIP}; gzip -dc");
+        let packed = self.compressed_binary(local).await?;
+        let mut out = self.send(conn, &command(&gzip), packed).await?;
+        if out.status == Some(NO_GZIP) {
+            let raw = Bytes::from(read(local).await?);
+            out = self.send(conn, &command("cat"), raw).await?;
+        }
+        match out.status {
+            Some(0) if out.stdout.starts_with(b"present") => {
+                tracing::debug!(%remote, "the machine already has the sidecar binary");
+                Ok(())
+            }
+            Some(0) => {
+                tracing::debug!(%remote, "sidecar binary uploaded");
+                Ok(())
+            }
+            Some(CORRUPTED) => Err(InjectError::Corrupted {
+                expected: sum.clone(),
+                got: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            }),
+            _ => Err(InjectError::Remote {
                 step: "uploading the sidecar binary",
                 status: out.status,
                 output: out.complaint(),
-            });
+            }),
         }
-        let got = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_string();
-        if &got != sum {
-            let _ = conn
-                .exec(&format!("rm -f {tmp}"), None, COMMAND_TIMEOUT)
-                .await;
-            return Err(InjectError::Corrupted {
-                expected: sum.clone(),
-                got,
-            });
-        }
-        tracing::debug!(%remote, bytes = bytes.len(), compressed = has_gzip, "sidecar binary uploaded");
-        self.run(
-            conn,
-            "installing the sidecar binary",
-            &format!("mv -f {tmp} {remote}"),
-            None,
-        )
-        .await?;
-        Ok(())
     }
 
-    /// The binary, gzip-compressed once (fast level: the link, not the CPU, is the limit).
-    async fn compressed_binary(
+    async fn send(
         &self,
-        local: &std::path::Path,
-    ) -> Result<Arc<Vec<u8>>, InjectError> {
+        conn: &Connection,
+        command: &str,
+        bytes: Bytes,
+    ) -> Result<crate::ssh::Output, InjectError> {
+        Ok(conn.exec(command, Some(bytes), UPLOAD_TIMEOUT).await?)
+    }
+
+    /// Compresses the binary in the background now, so that the first machine does not wait
+    /// for it (a release sidecar takes a few hundred milliseconds).
+    pub fn warm_up(&self) {
+        let (Some((local, _)), Ok(runtime)) =
+            (self.binary.clone(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            if let Err(e) = this.compressed_binary(&local).await {
+                tracing::warn!(error = %e, "cannot compress the sidecar binary ahead of the first upload");
+            }
+        });
+    }
+
+    /// The binary gzip-compressed, once for every machine (at start-up, by [`Self::warm_up`]),
+    /// so at the default level rather than a fast one: every upload is the smaller for it.
+    async fn compressed_binary(&self, local: &std::path::Path) -> Result<Bytes, InjectError> {
         let bytes = self
             .compressed
             .get_or_try_init(|| async {
@@ -89,11 +102,11 @@ impl Injector {
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
-                    .map(Arc::new)
+                    .map(Bytes::from)
                     .map_err(|detail| InjectError::LocalBinary { path, detail })
             })
             .await?;
-        Ok(Arc::clone(bytes))
+        Ok(bytes.clone())
     }
 }
 
@@ -107,7 +120,7 @@ async fn read(local: &std::path::Path) -> Result<Vec<u8>, InjectError> {
 }
 
 fn gzip(raw: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     encoder.write_all(raw)?;
     encoder.finish()
 }

@@ -17,6 +17,7 @@ pub struct SshLauncher {
 
 impl SshLauncher {
     pub fn new(injector: Injector) -> Self {
+        injector.warm_up();
         Self { injector }
     }
 

@@ -161,6 +161,7 @@ impl PoolMachines {
         match source.provisioner().create(request).await {
             Ok(created) => {
                 self.provisioner_succeeded(source);
+                let mut running = Vec::new();
                 for c in created {
                     let event = match c.state {
                         ProviderState::Running => MachineEvent::ProviderRunning,
@@ -174,9 +175,13 @@ impl PoolMachines {
                         continue;
                     }
                     if event == MachineEvent::ProviderRunning {
-                        self.refresh_running(&c.key).await;
+                        running.push(c.key);
                     }
                 }
+                // Their addresses at once, side by side: a machine does not wait for the
+                // others' `status` calls before its sidecar can be started.
+                futures::future::join_all(running.iter().map(|key| self.refresh_running(key)))
+                    .await;
             }
             Err(e) => {
                 self.provisioner_failed(source, &e, "create");
