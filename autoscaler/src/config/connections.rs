@@ -6,13 +6,24 @@ use std::time::Duration;
 use super::reader::Section;
 use super::values;
 
+/// The idle timeout unless the long poll needs a longer one.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How much longer than the long poll the idle timeout is at least by default.
+const IDLE_PAST_LONG_POLL: Duration = Duration::from_secs(30);
+
 /// The connection limits of the mirrored API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
-    /// How long a client has to send a request's line and headers. hyper runs the same timer
-    /// while a kept-alive connection waits for its next request, so it is also how long an idle
-    /// connection stays open; a request being answered (a long poll) is never cut by it.
+    /// How long a client has to send a request's line and headers, from their first byte (from
+    /// the accept for a new connection); a request being answered (a long poll, an upload) is
+    /// never cut by it.
     pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request. Longer than the long poll:
+    /// while a runner's job request is held on one connection, its other calls use another,
+    /// which then sits idle until the long poll ends. Longer than Go's 90 s too (stock runners'
+    /// idle connections), so that the client is the one to close an idle connection and never
+    /// sends a request on one the server is closing.
+    pub idle_timeout: Duration,
     /// Open connections from all clients together; further ones are closed as they arrive.
     pub max_connections: usize,
     /// Open connections from one source address.
@@ -25,6 +36,7 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: 4096,
             max_connections_per_address: 256,
             // A stock runner holds at most its `request_concurrency` (1 by default), the built-in
@@ -34,7 +46,12 @@ impl Default for ConnectionLimits {
     }
 }
 
-pub(super) fn read_connection_limits(s: &Section<'_>) -> ConnectionLimits {
+/// The `[server]` connection keys; `long_poll_timeout` is the mirrored API's long poll, which
+/// the idle timeout must outlast.
+pub(super) fn read_connection_limits(
+    s: &Section<'_>,
+    long_poll_timeout: Duration,
+) -> ConnectionLimits {
     let default = ConnectionLimits::default();
     let header_read_timeout = s
         .parsed("header_read_timeout", values::duration)
@@ -44,6 +61,7 @@ pub(super) fn read_connection_limits(s: &Section<'_>) -> ConnectionLimits {
     {
         s.problem("header_read_timeout", "must be between 1s and 5m");
     }
+    let idle_timeout = read_idle_timeout(s, header_read_timeout, long_poll_timeout);
     let count = |key: &str, fallback: usize, max: usize| {
         let n: usize = s.or(key, fallback);
         if n == 0 || n > max {
@@ -70,8 +88,78 @@ pub(super) fn read_connection_limits(s: &Section<'_>) -> ConnectionLimits {
     );
     ConnectionLimits {
         header_read_timeout,
+        idle_timeout,
         max_connections,
         max_connections_per_address,
         max_job_requests_per_sidecar,
+    }
+}
+
+fn read_idle_timeout(
+    s: &Section<'_>,
+    header_read_timeout: Duration,
+    long_poll_timeout: Duration,
+) -> Duration {
+    let fallback = DEFAULT_IDLE_TIMEOUT.max(long_poll_timeout + IDLE_PAST_LONG_POLL);
+    let idle_timeout = s
+        .parsed("idle_timeout", values::duration)
+        .unwrap_or(fallback);
+    if idle_timeout > Duration::from_secs(3600) {
+        s.problem("idle_timeout", "must be at most 1h");
+    }
+    if idle_timeout <= long_poll_timeout || idle_timeout <= header_read_timeout {
+        s.problem(
+            "idle_timeout",
+            format!(
+                "must exceed long_poll_timeout ({} s) and header_read_timeout ({} s)",
+                long_poll_timeout.as_secs(),
+                header_read_timeout.as_secs()
+            ),
+        );
+    }
+    idle_timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::{Config, ConfigError};
+
+    fn load(server_keys: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:8090\"\n{server_keys}\n[state]\ndir = \"./state\"\n\
+             [upstream]\nurl = \"https://gitlab.example.com\"\n[[pools]]\nname = \"default\"\n\
+             upstream_token = \"glrt-upstream\"\nregistration_token = \"reg-default\"\n"
+        );
+        let path = dir.path().join("autoscaler.toml");
+        std::fs::write(&path, text).unwrap();
+        Config::load(&path, Vec::new())
+    }
+
+    #[test]
+    fn the_idle_timeout_defaults_to_two_minutes_or_half_a_minute_past_a_longer_long_poll() {
+        let c = load("").unwrap();
+        assert_eq!(c.server.connections.idle_timeout, Duration::from_secs(120));
+        assert_eq!(
+            c.server.connections.header_read_timeout,
+            Duration::from_secs(10)
+        );
+        let c = load("long_poll_timeout = \"3m\"").unwrap();
+        assert_eq!(c.server.connections.idle_timeout, Duration::from_secs(210));
+    }
+
+    #[test]
+    fn an_idle_timeout_not_longer_than_the_long_poll_is_refused() {
+        let e = load("idle_timeout = \"50s\"").unwrap_err();
+        assert!(
+            e.problems
+                .iter()
+                .any(|p| p.path == "server.idle_timeout" && p.message.contains("long_poll")),
+            "{e}"
+        );
+        let c = load("idle_timeout = \"51s\"").unwrap();
+        assert_eq!(c.server.connections.idle_timeout, Duration::from_secs(51));
     }
 }

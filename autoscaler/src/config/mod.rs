@@ -293,7 +293,7 @@ fn read_server(
     {
         s.problem("instance_id", "must be 1-63 of A-Z a-z 0-9 - _ .");
     }
-    let connections = connections::read_connection_limits(&s);
+    let connections = connections::read_connection_limits(&s, long_poll_timeout);
     s.finish();
     Some(ServerConfig {
         listen,

@@ -1,14 +1,18 @@
 //! Serving the mirrored API connection by connection, with the limits that keep one machine
 //! from holding it for the others (`config::ConnectionLimits`): a cap on connections per source
-//! address and overall (`admission`), hyper's header read timeout, and, with TLS, a handshake
-//! timeout. Each request carries its peer address as axum's `ConnectInfo`.
+//! address and overall (`admission`), a header read timeout (`head_timeout`), an idle keep-alive
+//! timeout (hyper's header read timer, which runs while a connection waits for its next request)
+//! and, with TLS, a handshake timeout. Each request carries its peer address as axum's
+//! `ConnectInfo`.
 
 mod admission;
+mod head_timeout;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -21,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use admission::{Admission, Ticket};
+use head_timeout::{EndsRequest, HeadDeadline, RequestPhase};
 
 use crate::config::ConnectionLimits;
 
@@ -47,7 +52,6 @@ pub async fn serve(
         limits.max_connections_per_address,
     );
     let connections = TaskTracker::new();
-    let header_read_timeout = limits.header_read_timeout;
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -69,7 +73,8 @@ pub async fn serve(
         let connection = Connection {
             peer,
             router: router.clone(),
-            header_read_timeout,
+            header_read_timeout: limits.header_read_timeout,
+            idle_timeout: limits.idle_timeout,
             stop: stop.clone(),
             _ticket: ticket,
         };
@@ -110,6 +115,7 @@ struct Connection {
     peer: SocketAddr,
     router: Router,
     header_read_timeout: Duration,
+    idle_timeout: Duration,
     stop: CancellationToken,
     _ticket: Ticket,
 }
@@ -132,15 +138,25 @@ impl Connection {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let peer = self.peer;
-        let service =
-            tower::ServiceExt::map_request(self.router, move |mut r: http::Request<Incoming>| {
+        let phase = RequestPhase::reading_first_head();
+        let stream = HeadDeadline::new(stream, phase.clone(), self.header_read_timeout);
+        let started = phase.clone();
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut r: http::Request<Incoming>| {
+                started.request_started();
                 r.extensions_mut().insert(ConnectInfo(peer));
                 r
-            });
+            })
+            .map_response(move |r: axum::response::Response| {
+                r.map(|body| Body::new(EndsRequest::new(body, phase.clone())))
+            })
+            .service(self.router);
         let mut builder = http1::Builder::new();
+        // hyper's header timer starts when a connection begins to wait for a request, so it is
+        // the idle timeout; `HeadDeadline` counts the header timeout from the head's first byte.
         builder
             .timer(TokioTimer::new())
-            .header_read_timeout(self.header_read_timeout)
+            .header_read_timeout(self.idle_timeout)
             .keep_alive(true);
         let connection =
             builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));

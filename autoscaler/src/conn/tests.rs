@@ -3,25 +3,27 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::*;
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn limits(per_address: usize, header_read_timeout: Duration) -> ConnectionLimits {
     ConnectionLimits {
         header_read_timeout,
+        idle_timeout: header_read_timeout * 3,
         max_connections: 1000,
         max_connections_per_address: per_address,
         max_job_requests_per_sidecar: 4,
     }
 }
 
-/// A server whose `/slow` answers after `slow` (a long poll), `/` at once, and `/peer` with the
-/// client's address as the handlers see it.
+/// A server whose `/slow` answers after `slow` (a long poll), `/` at once, `/peer` with the
+/// client's address as the handlers see it and `POST /upload` with the length of the body.
 async fn server(limits: ConnectionLimits, slow: Duration) -> (SocketAddr, CancellationToken) {
     let router = Router::new()
         .route("/", get(|| async { "ok" }))
@@ -35,6 +37,10 @@ async fn server(limits: ConnectionLimits, slow: Duration) -> (SocketAddr, Cancel
         .route(
             "/peer",
             get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }),
+        )
+        .route(
+            "/upload",
+            post(|body: axum::body::Bytes| async move { body.len().to_string() }),
         );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -117,5 +123,107 @@ async fn an_address_over_its_cap_is_closed_at_once_while_another_is_served() {
         Some("127.0.0.2")
     );
     drop(held);
+    stop.cancel();
+}
+
+/// Reads one answer of known length from a kept-alive connection: its head and `body_len` bytes.
+async fn read_answer(stream: &mut TcpStream, body_len: usize) -> String {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some(head_end) = text.find("\r\n\r\n")
+            && answer.len() >= head_end + 4 + body_len
+        {
+            return text;
+        }
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed in the middle of an answer: {text}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+}
+
+async fn get_kept_alive(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    read_answer(stream, 2).await
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_outlives_the_header_timeout_until_the_idle_timeout() {
+    let (addr, stop) = server(limits(100, HEADER_TIMEOUT), Duration::ZERO).await;
+    let mut stream = connect_from("127.0.0.1", addr).await;
+    assert!(get_kept_alive(&mut stream).await.ends_with("ok"));
+    let idle_since = crate::clock::monotonic();
+    // Idle for twice the header timeout: the connection must still be open and serve.
+    assert!(!closed_within(&mut stream, HEADER_TIMEOUT * 2).await);
+    assert!(get_kept_alive(&mut stream).await.ends_with("ok"));
+    let idle_since_second = crate::clock::monotonic();
+    assert!(idle_since.elapsed() >= HEADER_TIMEOUT * 2);
+    assert!(closed_within(&mut stream, IDLE_TIMEOUT * 2).await);
+    assert!(
+        idle_since_second.elapsed() >= IDLE_TIMEOUT,
+        "closed after {:?} idle, before the idle timeout",
+        idle_since_second.elapsed()
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_head_started_on_a_kept_alive_connection_is_timed_from_its_first_byte() {
+    let (addr, stop) = server(limits(100, HEADER_TIMEOUT), Duration::ZERO).await;
+    let mut stream = connect_from("127.0.0.1", addr).await;
+    assert!(get_kept_alive(&mut stream).await.ends_with("ok"));
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    let started = crate::clock::monotonic();
+    assert!(closed_within(&mut stream, HEADER_TIMEOUT * 2).await);
+    assert!(
+        started.elapsed() >= HEADER_TIMEOUT,
+        "closed before its time"
+    );
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_long_poll_longer_than_both_timeouts_is_answered_on_a_kept_alive_connection() {
+    let (addr, stop) = server(limits(100, HEADER_TIMEOUT), IDLE_TIMEOUT + HEADER_TIMEOUT).await;
+    let mut stream = connect_from("127.0.0.1", addr).await;
+    stream
+        .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut stream, 4).await.ends_with("late"));
+    assert!(get_kept_alive(&mut stream).await.ends_with("ok"));
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_slow_upload_after_expect_continue_is_not_cut_by_the_header_timeout() {
+    let (addr, stop) = server(limits(100, HEADER_TIMEOUT), Duration::ZERO).await;
+    let mut stream = connect_from("127.0.0.1", addr).await;
+    let chunks = 6;
+    let chunk = [b'x'; 100];
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        chunks * chunk.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut continue_line = [0u8; 25];
+    stream.read_exact(&mut continue_line).await.unwrap();
+    assert_eq!(&continue_line, b"HTTP/1.1 100 Continue\r\n\r\n");
+    let started = crate::clock::monotonic();
+    // The body takes three header timeouts to arrive, in pieces.
+    for _ in 0..chunks {
+        tokio::time::sleep(HEADER_TIMEOUT / 2).await;
+        stream.write_all(&chunk).await.unwrap();
+    }
+    let answer = read_answer(&mut stream, 3).await;
+    assert!(started.elapsed() >= HEADER_TIMEOUT * 3);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("600"),
+        "{answer}"
+    );
     stop.cancel();
 }

@@ -3,8 +3,10 @@
 
 pub mod chaos;
 pub mod counting;
+pub mod openapi;
 pub mod process;
 pub mod python_runner;
+pub mod recording;
 pub mod scrape;
 pub mod stack;
 
