@@ -9,6 +9,7 @@
 //! Each reload gives one log line with its outcome, counts in
 //! `autoscaler_config_reloads_total{outcome}`, and shows in the admin API's `GET /status`.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -43,10 +44,19 @@ pub struct ReloadReport {
     pub details: Vec<String>,
 }
 
+/// The addresses the listeners were bound to. A file that names them (where it named port 0
+/// before, say) asks for no change.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub server: SocketAddr,
+    pub admin: Option<SocketAddr>,
+}
+
 /// The configuration in force and the reloads' outcomes.
 #[derive(Debug)]
 pub struct Reloads {
     current: Mutex<Config>,
+    bound: Bound,
     status: Mutex<ConfigStatus>,
     pools: Vec<Arc<Pool>>,
     metrics: Arc<Metrics>,
@@ -56,12 +66,14 @@ pub struct Reloads {
 impl Reloads {
     pub fn new(
         config: Config,
+        bound: Bound,
         pools: Vec<Arc<Pool>>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
     ) -> Arc<Self> {
         Arc::new(Self {
             current: Mutex::new(config),
+            bound,
             status: Mutex::new(ConfigStatus {
                 generation: 1,
                 last_reload: None,
@@ -112,7 +124,8 @@ impl Reloads {
                     e.problems.iter().map(ToString::to_string).collect(),
                 )
             }
-            Ok(new) => {
+            Ok(mut new) => {
+                self.as_bound(&current, &mut new);
                 let comparison = compare(&current, &new);
                 if !comparison.restart.is_empty() {
                     let details = lines(&comparison.restart);
@@ -144,6 +157,19 @@ impl Reloads {
         };
         lock(&self.status).last_reload = Some(report.clone());
         report
+    }
+
+    /// Listen addresses of `new` that are where the listeners are bound read as unchanged.
+    fn as_bound(&self, current: &Config, new: &mut Config) {
+        if new.server.listen == self.bound.server {
+            new.server.listen = current.server.listen;
+        }
+        if let (Some(bound), Some(admin), Some(now)) =
+            (self.bound.admin, new.admin.as_mut(), current.admin.as_ref())
+            && admin.listen == bound
+        {
+            admin.listen = now.listen;
+        }
     }
 
     fn put_in_force(&self, new: &Config) {

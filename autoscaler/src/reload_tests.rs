@@ -53,7 +53,11 @@ fn rig() -> Rig {
     let jobs = Arc::new(Jobs::load(store.clone(), clock.clone()).unwrap());
     let pool = Pool::open(config.pools[0].clone(), jobs, store.as_ref()).unwrap();
     let metrics = Arc::new(Metrics::new());
-    let reloads = Reloads::new(config, vec![pool.clone()], metrics.clone(), clock);
+    let bound = Bound {
+        server: "127.0.0.1:41234".parse().unwrap(),
+        admin: None,
+    };
+    let reloads = Reloads::new(config, bound, vec![pool.clone()], metrics.clone(), clock);
     Rig {
         reloads,
         pool,
@@ -133,4 +137,19 @@ fn the_same_file_again_is_unchanged() {
     assert_eq!(r.reload(&text(1, PROVISIONER)).outcome, "unchanged");
     assert_eq!(r.reloads.status().generation, 1);
     assert!(r.counted("unchanged"));
+}
+
+#[test]
+fn a_file_naming_the_address_already_bound_asks_for_no_change() {
+    let r = rig();
+    let listen = |port: u16| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\n{}",
+            text(1, PROVISIONER)
+        )
+    };
+    assert_eq!(r.reload(&listen(41234)).outcome, "unchanged");
+    let moved = r.reload(&listen(9999));
+    assert_eq!(moved.outcome, "refused");
+    assert_eq!(moved.details, ["server.listen: needs a restart"]);
 }

@@ -184,8 +184,13 @@ pub async fn run_with(
     for controller in &controllers {
         controller.report_decisions_to(decisions.clone());
     }
+    let bound = crate::reload::Bound {
+        server: addr,
+        admin: admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
+    };
     let reloads = crate::reload::Reloads::new(
         config.clone(),
+        bound,
         pools.clone(),
         metrics.clone(),
         clock.clone(),
