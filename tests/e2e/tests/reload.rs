@@ -10,6 +10,7 @@ use autoscaler::core::machine::MachineState;
 use autoscaler::reload::ConfigStatus;
 use autoscaler::store::MachineRecord;
 use e2e::counting::{CountingRig, WITHIN, rig_logging};
+use e2e::process::binary;
 use e2e::stack::repo_root;
 use fake_gitlab::control::JobStatus;
 
@@ -136,6 +137,18 @@ async fn a_new_idle_count_applies_on_sighup_while_the_running_job_finishes() -> 
         ],
     )
     .await?;
+    let cli = tokio::process::Command::new(binary("autoscaler")?)
+        .args(["status", "--url", &r.autoscaler.admin_url, "--token-file"])
+        .arg(r.autoscaler.dir.join("admin.token"))
+        .output()
+        .await?;
+    let shown = String::from_utf8_lossy(&cli.stdout);
+    ensure!(
+        cli.status.success()
+            && shown.contains("configuration: generation 2, reloaded")
+            && shown.contains("applied (pools[0].scaling.idle_count: 1 -> 2)"),
+        "{shown}"
+    );
     let list = r
         .autoscaler
         .wait_machines(WITHIN, "the busy machine and two idle", |l| {
