@@ -303,16 +303,20 @@ fn show_status(v: &Value) -> String {
     out
 }
 
-/// `configuration: generation 2, reloaded 5m ago: applied (pools[0].scaling.idle_count: 1 -> 2)`.
+/// `configuration: generation 2, last reload 5m ago: applied (pools[0].scaling.idle_count: 1 -> 2)`.
 fn configuration(config: &Value) -> String {
     let last = &config["last_reload"];
     let reload = if last.is_object() {
         let details: Vec<String> = items(&last["details"]).iter().map(text).collect();
+        let details = if details.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", details.join("; "))
+        };
         format!(
-            ", reloaded {} ago: {} ({})",
+            ", last reload {} ago: {}{details}",
             age(last["at"].as_u64()),
             text(&last["outcome"]),
-            details.join("; ")
         )
     } else {
         String::new()

@@ -145,7 +145,7 @@ async fn a_new_idle_count_applies_on_sighup_while_the_running_job_finishes() -> 
     let shown = String::from_utf8_lossy(&cli.stdout);
     ensure!(
         cli.status.success()
-            && shown.contains("configuration: generation 2, reloaded")
+            && shown.contains("configuration: generation 2, last reload")
             && shown.contains("applied (pools[0].scaling.idle_count: 1 -> 2)"),
         "{shown}"
     );
