@@ -303,7 +303,8 @@ fn show_status(v: &Value) -> String {
     out
 }
 
-/// `configuration: generation 2, last reload 5m ago: applied (pools[0].scaling.idle_count: 1 -> 2)`.
+/// The status line of the configuration in force, e.g. `configuration: generation 2, last
+/// reload 5m ago: applied (pools[0].scaling.idle_count: 1 -> 2)`.
 fn configuration(config: &Value) -> String {
     let last = &config["last_reload"];
     let reload = if last.is_object() {
