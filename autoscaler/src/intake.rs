@@ -179,7 +179,8 @@ impl Intake {
         let limit = self.pool.config.request_concurrency as usize;
         // A preemptive pool whose period keeps no idle slot would never have a sidecar waiting,
         // so it takes jobs on demand meanwhile: a period change never stops intake.
-        let mode = match self.pool.config.intake() {
+        let policy = self.pool.policy();
+        let mode = match self.pool.intake() {
             config::Intake::Preemptive if self.pool.queue.idle_target() == 0 => {
                 config::Intake::OnDemand
             }
@@ -187,7 +188,7 @@ impl Intake {
         };
         // As many jobs as the pool could run at once; machines are made for them.
         let room = || {
-            let s = &self.pool.config.scaling;
+            let s = &policy.scaling;
             let capacity = s.max_machines as usize * s.capacity_per_machine as usize;
             capacity.saturating_sub(self.jobs.active_in_pool(self.pool.name()))
         };
@@ -195,7 +196,7 @@ impl Intake {
             config::Intake::Preemptive => self.pool.queue.demand(),
             config::Intake::OnDemand => room(),
             config::Intake::Hybrid => {
-                let ahead = self.pool.config.scaling.hybrid_ahead as usize;
+                let ahead = policy.scaling.hybrid_ahead as usize;
                 let waiting = self.jobs.waiting_in_pool(self.pool.name()).len();
                 (self.pool.queue.demand() + ahead.saturating_sub(waiting)).min(room())
             }

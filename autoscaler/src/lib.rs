@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod pools;
 pub mod provisioner;
+pub mod reload;
 pub mod routes;
 pub mod secret;
 pub mod service;

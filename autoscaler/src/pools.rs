@@ -4,14 +4,18 @@ use std::sync::{Arc, Mutex};
 
 use rand::RngExt;
 
-use crate::config::PoolConfig;
+use crate::config::{Intake, PolicyCell, PoolConfig, PoolPolicy};
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug)]
 pub struct Pool {
+    /// The configuration the pool started with. Its scaling policy may since have been
+    /// replaced by a reload: read that through [`Pool::policy`].
     pub config: PoolConfig,
+    /// The scaling policy in force, shared with the pool's controller.
+    policy: Arc<PolicyCell>,
     pub queue: Arc<PoolQueue>,
     /// The `system_id` this pool presents to GitLab. Kept in the store so that GitLab sees one
     /// runner manager per pool across restarts (it keys `runtime_features` by it).
@@ -44,6 +48,7 @@ impl Pool {
         };
         Ok(Arc::new(Self {
             queue: PoolQueue::new(&config.name, jobs),
+            policy: Arc::new(PolicyCell::from_pointee(config.policy())),
             config,
             system_id,
             last_update: Mutex::new(None),
@@ -54,6 +59,28 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// The scaling policy in force now.
+    pub fn policy(&self) -> Arc<PoolPolicy> {
+        self.policy.load_full()
+    }
+
+    /// The cell the policy lives in, for the parts that read it at every pass.
+    pub fn policy_cell(&self) -> Arc<PolicyCell> {
+        self.policy.clone()
+    }
+
+    /// Puts `policy` in force at once; the intake is woken so that a new mode or bound
+    /// applies without waiting for its next round.
+    pub fn replace_policy(&self, policy: PoolPolicy) {
+        self.policy.store(Arc::new(policy));
+        self.queue.poke();
+    }
+
+    /// When the pool asks GitLab for jobs (see [`Intake`]), under the policy in force.
+    pub fn intake(&self) -> Intake {
+        self.policy().intake(self.config.provisioner.is_none())
     }
 
     pub fn last_update(&self) -> Option<String> {

@@ -184,6 +184,18 @@ pub async fn run_with(
     for controller in &controllers {
         controller.report_decisions_to(decisions.clone());
     }
+    let bound = crate::reload::Bound {
+        server: addr,
+        admin: admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
+    };
+    let reloads = crate::reload::Reloads::new(
+        config.clone(),
+        bound,
+        pools.clone(),
+        metrics.clone(),
+        clock.clone(),
+    );
+    let hangups = crate::reload::hangups();
     announce(
         &format!("{scheme}://{addr}"),
         admin_listener.as_ref().and_then(|l| l.local_addr().ok()),
@@ -259,6 +271,7 @@ pub async fn run_with(
             draining: shutdown.graceful.clone(),
             metrics: metrics.clone(),
             decisions: decisions.clone(),
+            reloads: reloads.clone(),
             token: config.admin.as_ref().and_then(|a| a.token.clone()),
         });
         let stop = stop_server.clone();
@@ -272,6 +285,13 @@ pub async fn run_with(
     }
     if let Some(certs) = &certs {
         tasks.spawn(crate::tls::watch(certs.clone(), stop_maintenance.clone()));
+    }
+    if let Some(hangups) = hangups {
+        tasks.spawn(crate::reload::watch(
+            reloads,
+            hangups,
+            stop_maintenance.clone(),
+        ));
     }
     let mut server = crate::tls::serve(
         listener,
@@ -446,8 +466,7 @@ fn machine_controllers(
             jobs.clone(),
             pool.queue.clone(),
             ControllerSettings {
-                scaling: pool.config.scaling.clone(),
-                policies: pool.config.policies.clone(),
+                policy: pool.policy_cell(),
                 classes: pool.config.classes.clone(),
                 reconcile_interval: p.reconcile_interval,
                 ready_timeout: sidecar.ready_timeout,
@@ -545,7 +564,7 @@ async fn maintenance(
             }
             pool.queue.prune_replays();
             if pool.config.provisioner.is_some() {
-                let timeout = millis(pool.config.scaling.acquire_timeout);
+                let timeout = millis(pool.policy().scaling.acquire_timeout);
                 for id in jobs.waited_too_long(pool.name(), timeout) {
                     give_up(&jobs, pool.name(), id, timeout);
                 }

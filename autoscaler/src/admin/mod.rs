@@ -44,6 +44,8 @@ pub struct Admin {
     pub draining: tokio_util::sync::CancellationToken,
     pub metrics: Arc<Metrics>,
     pub decisions: Arc<Decisions>,
+    /// The configuration's generation and last reload.
+    pub reloads: Arc<crate::reload::Reloads>,
     /// The bearer token requests must carry, when configured.
     pub token: Option<Secret>,
 }

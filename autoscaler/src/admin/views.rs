@@ -25,6 +25,9 @@ pub struct Status {
     pub machines: BTreeMap<String, usize>,
     pub jobs: BTreeMap<String, usize>,
     pub pools: Vec<PoolStatus>,
+    /// The configuration in force: its generation and the last reload's outcome.
+    #[serde(default)]
+    pub config: crate::reload::ConfigStatus,
 }
 
 /// A job as the admin API shows it (never its token or payload).
@@ -92,7 +95,7 @@ pub(super) fn pool_statuses(admin: &Admin) -> Vec<PoolStatus> {
             }
             PoolStatus {
                 name: p.name().to_string(),
-                intake: format!("{:?}", p.config.intake()).to_lowercase(),
+                intake: format!("{:?}", p.intake()).to_lowercase(),
                 jobs: by_phase.get(p.name()).cloned().unwrap_or_default(),
                 machines: counts,
                 provisioner: machines.map(|m| match m.breaker() {
@@ -128,6 +131,7 @@ pub async fn status(State(admin): State<Arc<Admin>>) -> Json<Status> {
         machines: total(|p| &p.machines),
         jobs: total(|p| &p.jobs),
         pools,
+        config: admin.reloads.status(),
     })
 }
 

@@ -278,6 +278,7 @@ fn show_status(v: &Value) -> String {
         counts(&v["machines"]),
         counts(&v["jobs"]),
     );
+    out.insert_str(out.len() - 1, &configuration(&v["config"]));
     let rows = items(&v["pools"])
         .iter()
         .map(|p| {
@@ -300,6 +301,31 @@ fn show_status(v: &Value) -> String {
         rows,
     ));
     out
+}
+
+/// The status line of the configuration in force, e.g. `configuration: generation 2, last
+/// reload 5m ago: applied (pools[0].scaling.idle_count: 1 -> 2)`.
+fn configuration(config: &Value) -> String {
+    let last = &config["last_reload"];
+    let reload = if last.is_object() {
+        let details: Vec<String> = items(&last["details"]).iter().map(text).collect();
+        let details = if details.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", details.join("; "))
+        };
+        format!(
+            ", last reload {} ago: {}{details}",
+            age(last["at"].as_u64()),
+            text(&last["outcome"]),
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "configuration: generation {}{reload}\n",
+        text(&config["generation"])
+    )
 }
 
 fn show_machines(v: &Value) -> String {

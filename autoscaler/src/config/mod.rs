@@ -11,6 +11,7 @@ mod job_user;
 mod policy;
 pub(crate) mod pool;
 pub(crate) mod reader;
+pub mod reload;
 mod sources;
 mod tls;
 mod token_binding;
@@ -30,7 +31,8 @@ use crate::secret::Secret;
 pub use connections::ConnectionLimits;
 pub use job_user::DEFAULT_JOB_USER;
 pub use pool::{
-    Intake, PoolConfig, ProvisionerConfig, ScalingConfig, SidecarConfig, SidecarMode, SidecarStart,
+    Intake, PolicyCell, PoolConfig, PoolPolicy, ProvisionerConfig, ScalingConfig, SidecarConfig,
+    SidecarMode, SidecarStart,
 };
 pub use reader::Problem;
 use reader::{Problems, Section};
@@ -47,6 +49,8 @@ pub struct Config {
     pub ssh: SshConfig,
     pub admin: Option<AdminConfig>,
     pub pools: Vec<PoolConfig>,
+    /// The file this configuration was read from, read again on `SIGHUP` (`reload.rs`).
+    pub file: PathBuf,
 }
 
 /// How the autoscaler logs into machines.
@@ -188,7 +192,7 @@ impl Config {
         let problems = Problems::default();
         env::apply_overrides(&mut dict, env, &problems);
         let base_dir = path.parent().unwrap_or(Path::new("."));
-        let config = read(&dict, base_dir, &problems);
+        let config = read(&dict, base_dir, path, &problems);
         let problems = problems.into_vec();
         match config {
             Some(c) if problems.is_empty() => Ok(c),
@@ -197,7 +201,7 @@ impl Config {
     }
 }
 
-fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
+fn read(dict: &Dict, base_dir: &Path, file: &Path, problems: &Problems) -> Option<Config> {
     let root = Section::root(dict, problems);
     let server = read_server(root.table("server"), base_dir, problems);
     let state = read_state(root.table("state"), base_dir, &root);
@@ -240,6 +244,7 @@ fn read(dict: &Dict, base_dir: &Path, problems: &Problems) -> Option<Config> {
         ssh: ssh.unwrap_or_default(),
         admin,
         pools: pools.into_iter().collect::<Option<Vec<_>>>()?,
+        file: file.to_path_buf(),
     })
 }
 

@@ -41,17 +41,6 @@ pub struct PoolConfig {
     pub sidecar: Option<SidecarConfig>,
 }
 
-impl PoolConfig {
-    /// When the pool asks GitLab for jobs (see [`Intake`]).
-    pub fn intake(&self) -> Intake {
-        if self.provisioner.is_none() {
-            Intake::Preemptive
-        } else {
-            self.scaling.intake
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct ProvisionerConfig {
     /// The source's name (`default` for `[pools.provisioner]`), carried as the machines'
@@ -121,6 +110,40 @@ pub struct ScalingConfig {
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
     /// next start, so that running jobs continue).
     pub delete_on_shutdown: bool,
+}
+
+/// The part of a pool's configuration that a reload may replace while the pool runs: its
+/// `[pools.scaling]` settings and `[[pools.policy]]` entries, swapped as one value so that a
+/// reader never sees one half old and the other new.
+#[derive(Debug, Clone)]
+pub struct PoolPolicy {
+    pub scaling: ScalingConfig,
+    pub policies: Vec<PolicyEntry>,
+}
+
+/// A pool's policy in force, shared by everything that reads it (the planner, the slot gate,
+/// the intake, the metrics) and replaced whole by a configuration reload.
+pub type PolicyCell = arc_swap::ArcSwap<PoolPolicy>;
+
+impl PoolConfig {
+    /// The pool's policy as this configuration states it.
+    pub fn policy(&self) -> PoolPolicy {
+        PoolPolicy {
+            scaling: self.scaling.clone(),
+            policies: self.policies.clone(),
+        }
+    }
+}
+
+impl PoolPolicy {
+    /// When the pool asks GitLab for jobs: a static pool only for waiting sidecars.
+    pub fn intake(&self, static_pool: bool) -> Intake {
+        if static_pool {
+            Intake::Preemptive
+        } else {
+            self.scaling.intake
+        }
+    }
 }
 
 impl ScalingConfig {

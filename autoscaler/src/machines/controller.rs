@@ -10,12 +10,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::PoolMachines;
-use crate::config::ScalingConfig;
+use crate::config::PolicyCell;
 use crate::core::SidecarId;
 use crate::core::classes::Classes;
 use crate::core::demand::DemandTracker;
 use crate::core::machine::{MachineEvent, MachineState};
-use crate::core::schedule::PolicyEntry;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
 use crate::launcher::SidecarLauncher;
@@ -40,8 +39,8 @@ pub struct PoolController {
     pub(super) sidecars: Arc<Sidecars>,
     pub(super) jobs: Arc<Jobs>,
     pub(super) queue: Arc<PoolQueue>,
-    pub(super) scaling: ScalingConfig,
-    pub(super) policies: Vec<PolicyEntry>,
+    /// The pool's scaling policy in force, shared with its intake and replaced by reloads.
+    pub(super) policy: Arc<PolicyCell>,
     /// The pool's machine classes (`None`: one kind of machine).
     pub(super) classes: Option<Classes>,
     /// The `[[pools.policy]]` entry in force at the last pass (`Some(None)`: the pool's own).
@@ -69,8 +68,7 @@ pub struct PoolController {
 /// How the controller is set up.
 #[derive(Debug)]
 pub struct ControllerSettings {
-    pub scaling: ScalingConfig,
-    pub policies: Vec<PolicyEntry>,
+    pub policy: Arc<PolicyCell>,
     pub classes: Option<Classes>,
     pub reconcile_interval: Duration,
     pub ready_timeout: Duration,
@@ -92,8 +90,7 @@ impl PoolController {
             sidecars,
             jobs,
             queue,
-            scaling: settings.scaling,
-            policies: settings.policies,
+            policy: settings.policy,
             classes: settings.classes,
             period: Mutex::new(None),
             reconcile_interval: settings.reconcile_interval,
@@ -130,7 +127,7 @@ impl PoolController {
     pub(super) fn capacity_of(&self, m: &MachineRecord) -> u32 {
         self.class_of(m)
             .and_then(|name| self.classes.as_ref()?.get(&name))
-            .map_or(self.scaling.capacity_per_machine, |c| {
+            .map_or(self.policy.load().scaling.capacity_per_machine, |c| {
                 c.capacity_per_machine
             })
     }
@@ -140,7 +137,7 @@ impl PoolController {
     }
 
     pub fn delete_on_shutdown(&self) -> bool {
-        self.scaling.delete_on_shutdown
+        self.policy.load().scaling.delete_on_shutdown
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {

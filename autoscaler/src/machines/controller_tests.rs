@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::config::ScalingConfig;
+use crate::config::{PolicyCell, PoolPolicy, ScalingConfig};
 use crate::core::JobId;
 use crate::core::classes::{Classes, MachineClass};
 use crate::core::reconcile::OrphanPolicy;
@@ -61,8 +61,10 @@ fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
         jobs.clone(),
         queue.clone(),
         ControllerSettings {
-            scaling,
-            policies: Vec::new(),
+            policy: Arc::new(PolicyCell::from_pointee(PoolPolicy {
+                scaling,
+                policies: Vec::new(),
+            })),
             classes: classes.clone(),
             reconcile_interval: Duration::from_secs(30),
             ready_timeout: Duration::from_secs(300),

@@ -39,7 +39,8 @@ impl SlotGate for PoolController {
         if !m.state.takes_jobs() {
             return false;
         }
-        if self.scaling.max_use_count > 0 && m.use_count >= self.scaling.max_use_count {
+        let max_use_count = self.policy.load().scaling.max_use_count;
+        if max_use_count > 0 && m.use_count >= max_use_count {
             return false;
         }
         let running = self

@@ -9,8 +9,10 @@ impl PoolController {
     /// The pool's policy with the `[[pools.policy]]` entry in force now; a change of entry is
     /// logged once (`period_change`) and the intake is told the idle target.
     pub(super) fn policy_in_force(&self, now: u64) -> ScalePolicy {
-        let base = self.scaling.scale_policy();
-        let (policy, entry) = schedule::policy_in_force(base, &self.policies, now);
+        // One load: the pool's settings and its entries always come from the same reload.
+        let current = self.policy.load();
+        let base = current.scaling.scale_policy();
+        let (policy, entry) = schedule::policy_in_force(base, &current.policies, now);
         let previous = self
             .period
             .lock()

@@ -79,7 +79,8 @@ impl Levels {
             let Some(machines) = self.machines.get(pool.name()) else {
                 continue;
             };
-            let scaling = &pool.config.scaling;
+            let policy = pool.policy();
+            let scaling = &policy.scaling;
             let (mut idle, mut reserved, mut busy) = (0_i64, 0_i64, 0_i64);
             for m in machines.snapshot().iter().filter(|m| m.state.takes_jobs()) {
                 let l = m

@@ -76,6 +76,16 @@ pub struct MirrorLabels {
     pub status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabel {
+    /// `applied`, `unchanged`, `refused` (a change needs a restart) or `invalid` (the file
+    /// has problems).
+    pub outcome: String,
+}
+
+/// Every outcome of a configuration reload, counted from zero.
+pub const RELOAD_OUTCOMES: [&str; 4] = ["applied", "unchanged", "refused", "invalid"];
+
 /// The registry and every family recorded by events.
 #[derive(Debug)]
 pub struct Metrics {
@@ -96,6 +106,8 @@ pub struct Metrics {
     /// From GitLab's hand-over to the autoscaler to the first call of the sidecar running it.
     pub job_wait: Timings<PoolLabel>,
     pub store_flush: Histogram,
+    /// Configuration reloads on `SIGHUP`, by outcome.
+    pub config_reloads: Family<ReloadLabel, Counter>,
 }
 
 fn timings<L: Clone + std::hash::Hash + Eq>(buckets: fn() -> Histogram) -> Timings<L> {
@@ -159,7 +171,11 @@ impl Metrics {
             mirror_requests: timings(call_buckets),
             job_wait: timings(wait_buckets),
             store_flush: flush_buckets(),
+            config_reloads: Family::default(),
         };
+        for outcome in RELOAD_OUTCOMES {
+            metrics.config_reload(outcome, 0);
+        }
         metrics.register_families();
         metrics
     }
@@ -221,6 +237,11 @@ impl Metrics {
             "Flushes of the store to disk (one per group of writers)",
             self.store_flush.clone(),
         );
+        r.register(
+            "autoscaler_config_reloads",
+            "Configuration reloads on SIGHUP, by outcome",
+            self.config_reloads.clone(),
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
@@ -261,6 +282,15 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc_by(machines);
+    }
+
+    /// Counts `n` reloads that ended in `outcome` (one of [`RELOAD_OUTCOMES`]).
+    pub fn config_reload(&self, outcome: &str, n: u64) {
+        self.config_reloads
+            .get_or_create(&ReloadLabel {
+                outcome: outcome.to_string(),
+            })
+            .inc_by(n);
     }
 
     pub fn job_waited(&self, pool: &str, waited_ms: u64) {

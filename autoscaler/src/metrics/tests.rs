@@ -55,7 +55,7 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(families.len(), 14, "{families:?}");
+    assert_eq!(families.len(), 15, "{families:?}");
     for family in families {
         assert!(family.starts_with("autoscaler_"), "{family}");
         assert!(
