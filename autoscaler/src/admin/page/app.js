@@ -153,8 +153,9 @@ function drawMachines(machines, now) {
   $("machine-count").textContent = `(${live} live, ${machines.length - live} ended)`;
   const chart = $("timeline");
   const oldest = Math.min(now, ...machines.map((m) => m.created_at));
-  // The last hour at most, five minutes at least: a young stack is not a sliver.
-  const from = Math.min(now - 5 * 60e3, Math.max(now - 60 * 60e3, oldest));
+  // From the oldest machine, within the last hour, two minutes at least: a young stack is
+  // drawn wide rather than as a sliver at the right edge.
+  const from = Math.min(now - 2 * 60e3, Math.max(now - 60 * 60e3, oldest));
   const x = (t) => LABEL + ((Math.min(Math.max(t, from), now) - from) / (now - from)) * (WIDTH - LABEL - 10);
   const height = Math.max(1, machines.length) * ROW + AXIS + 6;
   chart.setAttribute("viewBox", `0 0 ${WIDTH} ${height}`);
