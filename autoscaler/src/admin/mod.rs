@@ -6,12 +6,15 @@
 //! configured (it must be, off loopback): `auth.rs`, a route layer.
 //!
 //! - views (`views.rs`): `GET /status`, `/pools`, `/machines`, `/jobs`, `/jobs/{id}`,
-//!   `/decisions`, `/metrics`, `/healthz`;
+//!   `/waits`, `/decisions`, `/metrics`, `/healthz`;
+//! - the status page (`page.rs`): `GET /` and `/ui`, a shell without data, open like
+//!   `/healthz`, whose script reads the views above with the token;
 //! - actions (`actions.rs`): `POST /machines/{id}/drain`, `/machines/{id}/destroy`,
 //!   `/pools/{name}/pause`, `/pools/{name}/resume`.
 
 mod actions;
 mod auth;
+mod page;
 mod timeline;
 mod views;
 
@@ -149,6 +152,7 @@ fn guarded_routes() -> Routes<Arc<Admin>> {
         .add(Method::GET, "/machines", views::machines)
         .add(Method::GET, "/jobs", views::jobs)
         .add(Method::GET, "/jobs/{id}", views::job)
+        .add(Method::GET, "/waits", views::waits)
         .add(Method::GET, "/decisions", views::decisions)
         .add(Method::GET, "/metrics", views::metrics)
         .add(Method::POST, "/machines/{id}/drain", actions::drain)
@@ -157,9 +161,14 @@ fn guarded_routes() -> Routes<Arc<Admin>> {
         .add(Method::POST, "/pools/{name}/resume", actions::resume)
 }
 
+/// The routes open without the token: liveness and the status page's shell (no data).
+fn open_routes(routes: Routes<Arc<Admin>>) -> Routes<Arc<Admin>> {
+    page::routes(routes.add(Method::GET, "/healthz", views::healthz))
+}
+
 /// Every route of the admin API; `api-spec/admin-api.yaml` documents each one (tested).
 pub fn route_table() -> Routes<Arc<Admin>> {
-    guarded_routes().add(Method::GET, "/healthz", views::healthz)
+    open_routes(guarded_routes())
 }
 
 pub fn router(admin: Arc<Admin>) -> axum::Router {
@@ -169,8 +178,7 @@ pub fn router(admin: Arc<Admin>) -> axum::Router {
             admin.clone(),
             auth::require_token,
         ));
-    Routes::default()
-        .add(Method::GET, "/healthz", views::healthz)
+    open_routes(Routes::default())
         .into_router()
         .merge(guarded)
         .with_state(admin)

@@ -247,3 +247,15 @@ pub async fn decisions(
     let (history, latest) = admin.decisions.recent(q.pool.as_deref());
     Ok(Json(DecisionsView { latest, history }))
 }
+
+/// `GET /waits`: how long the jobs started in the last hour waited for a sidecar (the status
+/// page's chart; jobs still waiting are in `GET /jobs`).
+pub async fn waits(
+    State(admin): State<Arc<Admin>>,
+    Query(q): Query<PoolFilter>,
+) -> Result<Json<crate::jobs::RecentWaits>, AdminError> {
+    if let Some(pool) = &q.pool {
+        admin.pool(pool)?;
+    }
+    Ok(Json(admin.jobs.recent_waits(q.pool.as_deref())))
+}

@@ -77,6 +77,8 @@ pub struct Jobs {
     /// New jobs by pool, until the pool's controller takes them for its demand forecast.
     arrivals: Mutex<HashMap<String, VecDeque<Arrival>>>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The waits of jobs started in the last hour (`GET /waits`).
+    waits: waits::WaitRing,
 }
 
 /// Arrivals kept for a pool whose controller does not take them (a static pool).
@@ -108,6 +110,7 @@ impl Jobs {
             classes: class::PoolClasses::default(),
             arrivals: Mutex::default(),
             metrics: None,
+            waits: waits::WaitRing::default(),
         })
     }
 
@@ -350,9 +353,12 @@ impl Jobs {
                 // A sidecar has it (or nobody will): the payload is not handed out again.
                 job.payload = None;
             }
-            let started = matches!(after, JobPhase::Running { .. });
-            if let (true, Some(metrics)) = (started, &self.metrics) {
-                metrics.job_waited(&record.pool, now.saturating_sub(record.accepted_at));
+            if matches!(after, JobPhase::Running { .. }) {
+                let waited = now.saturating_sub(record.accepted_at);
+                self.waits.record(&record.pool, id, now, waited);
+                if let Some(metrics) = &self.metrics {
+                    metrics.job_waited(&record.pool, waited);
+                }
             }
             job.record = record;
             drop(held);
@@ -422,8 +428,10 @@ mod load;
 mod owed;
 mod queries;
 mod timeline;
+mod waits;
 
 pub use load::SidecarLoad;
+pub use waits::{RecentWaits, Wait};
 
 #[cfg(test)]
 mod tests;

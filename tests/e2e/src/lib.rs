@@ -1,6 +1,7 @@
 //! Harness shared by the end-to-end tests and the demo: the project's real binaries as
 //! processes on loopback ports, and the fake GitLab they talk to (see `tests/fake-gitlab`).
 
+pub mod browser;
 pub mod chaos;
 pub mod counting;
 pub mod openapi;

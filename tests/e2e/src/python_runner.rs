@@ -30,7 +30,7 @@ pub fn install() -> Result<PathBuf> {
 }
 
 /// The directory cargo builds into (the test binary lives in `<target>/<profile>/deps`).
-fn target_dir() -> Result<PathBuf> {
+pub fn target_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         return Ok(PathBuf::from(dir));
     }

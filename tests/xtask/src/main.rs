@@ -86,13 +86,15 @@ fn has_cargo_subcommand(name: &str) -> bool {
 /// Debian packages the tests and the demo use: `sshd` for the local provisioner's sandboxes,
 /// `jq` for the bash provisioner, `ssh`/`ssh-keygen` for checks, `git` for the repositories the
 /// independent python runner clones (`e2e/tests/independent.rs`), `strace` to show which
-/// system calls make a job durable (`e2e/tests/durability.rs`).
+/// system calls make a job durable (`e2e/tests/durability.rs`), `chromium` for the status page
+/// in a headless browser (`e2e/tests/status_page.rs`).
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/sshd", "openssh-server"),
     ("/usr/bin/ssh", "openssh-client"),
     ("/usr/bin/jq", "jq"),
     ("/usr/bin/git", "git"),
     ("/usr/bin/strace", "strace"),
+    ("/usr/bin/chromium", "chromium"),
 ];
 
 /// Debian's `python3` makes virtual environments only with `python3-venv` (its `ensurepip`).
