@@ -5,6 +5,7 @@ pub mod chaos;
 pub mod counting;
 pub mod process;
 pub mod python_runner;
+pub mod replay;
 pub mod scrape;
 pub mod stack;
 

@@ -1,0 +1,200 @@
+//! The simulator checked against the real service: one bursty workload runs through the real
+//! processes (fake GitLab, autoscaler, local provisioner with an injected boot delay, built-in
+//! sidecars running `sleep`) and through `autoscaler simulate` with the same pool settings and
+//! boot model; job waits (p50, p95) and machines created must agree.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use e2e::LocalMachinesGuard;
+use e2e::process::binary;
+use e2e::replay::{MachineWatch, ReadyMachine, percentile, replay};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
+
+/// Two bursts of 24 jobs, 70 s apart: more than a pool of 16 slots at once, and far enough apart
+/// that the first burst's machines are gone (idle_time 10 s) before the second comes.
+const WORKLOAD: &str = "description = \"two bursts of 24 short jobs\"
+start = \"2026-11-24T09:00:00Z\"
+length = \"100s\"
+seed = 7
+
+[[arrivals]]
+from = \"0s\"
+to = \"3s\"
+jobs = 24
+duration = [\"4s\", \"12s\"]
+
+[[arrivals]]
+from = \"70s\"
+to = \"73s\"
+jobs = 24
+duration = [\"4s\", \"12s\"]
+";
+
+/// The pool's `[pools.scaling]`, the same in the service's configuration and the policy file.
+const SCALING: &str = "max_machines = 8\ncapacity_per_machine = 2\nidle_time = \"10s\"";
+
+/// The creation throttle, written out in both (these are also the service's defaults).
+const CREATE_LIMITS: &str = "create_rate = 1.0\ncreate_burst = 5";
+
+/// The local provisioner reports a machine `creating` this long after its create request, as
+/// a cloud's machine boots.
+const BOOT_DELAY_S: f64 = 4.0;
+
+/// Agreement: within 20 % of the simulated figure or 2 s, whichever is larger, for p50 and p95;
+/// machines created within 20 % or 1 machine.
+fn close_enough(real: f64, simulated: f64, floor: f64) -> bool {
+    (real - simulated).abs() <= (0.2 * simulated).max(floor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let workload = dir.path().join("workload.toml");
+    std::fs::write(&workload, WORKLOAD)?;
+    let jobs = autoscaler::simulate::workload_jobs(&workload)?;
+    ensure!(jobs.len() >= 40, "the workload has {} jobs", jobs.len());
+
+    let machines_root = dir.path().join("machines");
+    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    let mut pool = PoolSpec::local(
+        "local",
+        &machines_root,
+        SCALING,
+        "mode = \"builtin\"\nready_timeout = \"60s\"",
+    );
+    pool.tail = pool.tail.replace(
+        "env = { ",
+        &format!("{CREATE_LIMITS}\nenv = {{ LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\", "),
+    );
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let autoscaler = Autoscaler::start(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"10s\"",
+    )
+    .await?;
+    let _cleanup = LocalMachinesGuard {
+        root: machines_root,
+    };
+    let watch = MachineWatch::default();
+    let following = watch.follow(&autoscaler);
+    let replayed = replay(
+        &gitlab,
+        &pool.upstream_token,
+        &jobs,
+        Duration::from_secs(120),
+    )
+    .await?;
+    following.abort();
+
+    let waits: Vec<f64> = replayed.iter().map(|j| j.wait_s()).collect();
+    let ready = watch.ready_machines();
+    let real = Figures {
+        p50: percentile(&waits, 0.50),
+        p95: percentile(&waits, 0.95),
+        machines: ready.len() as f64,
+    };
+    eprintln!("jobs: {}, waits (s) sorted: {:?}", waits.len(), sorted(&waits));
+
+    // The simulator's boot time is create request to a sidecar asking for jobs: the injected
+    // delay plus what the service adds (the create call, noticing the machine at a reconcile
+    // pass, SSH, injecting the sidecar, its first poll). That part depends on the host's load,
+    // so it is measured on this run's machines, never on the jobs' waits.
+    ensure!(!ready.is_empty(), "no machine became ready");
+    let boots: Vec<f64> = ready.iter().map(|m| m.create_to_ready_s).collect();
+    let (low, high) = (min(&boots), max(&boots));
+    ensure!(
+        low >= BOOT_DELAY_S,
+        "a machine was ready {low:.1} s after its create request, before its {BOOT_DELAY_S} s boot delay"
+    );
+    print_boot_parts(&ready);
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, policy_toml(low, high))?;
+    let simulated = simulate(&workload, &policy)?;
+
+    eprintln!("create to ready (s) {low:.1}-{high:.1}, of which the injected delay {BOOT_DELAY_S}");
+    eprintln!("                   real  simulated");
+    eprintln!("wait p50 (s)     {:>6.1} {:>10.1}", real.p50, simulated.p50);
+    eprintln!("wait p95 (s)     {:>6.1} {:>10.1}", real.p95, simulated.p95);
+    eprintln!(
+        "machines created {:>6} {:>10}",
+        real.machines, simulated.machines
+    );
+    ensure!(
+        close_enough(real.p50, simulated.p50, 2.0)
+            && close_enough(real.p95, simulated.p95, 2.0)
+            && close_enough(real.machines, simulated.machines, 1.0),
+        "the simulator disagrees with the real service: real {real:?}, simulated {simulated:?}"
+    );
+    Ok(())
+}
+
+#[derive(Debug)]
+struct Figures {
+    p50: f64,
+    p95: f64,
+    machines: f64,
+}
+
+/// The policy file: the service's pool settings, boot times uniform in `low..=high` seconds.
+fn policy_toml(low: f64, high: f64) -> String {
+    format!(
+        "[[pools]]\nname = \"default\"\n\n[pools.scaling]\n{SCALING}\n\n[pools.provisioner]\n\
+         boot_time = [\"{low:.1}s\", \"{high:.1}s\"]\n{CREATE_LIMITS}\n"
+    )
+}
+
+/// Where the machines' create-to-ready went, state by state (fastest and slowest machine).
+fn print_boot_parts(ready: &[ReadyMachine]) {
+    let mut parts: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for m in ready {
+        for (state, seconds) in &m.parts {
+            parts.entry(state).or_default().push(*seconds);
+        }
+    }
+    for (state, seconds) in parts {
+        eprintln!("  in {state:<10} {:.1}-{:.1} s", min(&seconds), max(&seconds));
+    }
+}
+
+fn min(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn max(values: &[f64]) -> f64 {
+    values.iter().copied().fold(0.0, f64::max)
+}
+
+/// `autoscaler simulate WORKLOAD --policy FILE`: its report's totals.
+fn simulate(workload: &Path, policy: &Path) -> Result<Figures> {
+    let output = std::process::Command::new(binary("autoscaler")?)
+        .arg("simulate")
+        .arg(workload)
+        .arg("--policy")
+        .arg(policy)
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "autoscaler simulate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    // The report's top level is the total over pools.
+    let total = &report;
+    let number = |v: &serde_json::Value| v.as_f64().context("not a number in the report");
+    Ok(Figures {
+        p50: number(&total["wait_seconds"]["p50"])?,
+        p95: number(&total["wait_seconds"]["p95"])?,
+        machines: number(&total["machines_created"])?,
+    })
+}
+
+fn sorted(waits: &[f64]) -> Vec<f64> {
+    let mut s: Vec<f64> = waits.iter().map(|w| (w * 10.0).round() / 10.0).collect();
+    s.sort_by(f64::total_cmp);
+    s
+}
