@@ -95,13 +95,17 @@ pub fn percentile(waits: &[f64], q: f64) -> f64 {
     let mut sorted = waits.to_vec();
     sorted.sort_by(f64::total_cmp);
     let rank = ((q * sorted.len() as f64).ceil() as usize).max(1);
-    sorted.get(rank - 1).map_or(0.0, |w| (w * 10.0).round() / 10.0)
+    sorted
+        .get(rank - 1)
+        .map_or(0.0, |w| (w * 10.0).round() / 10.0)
 }
 
 /// A machine that became ready during a run.
 #[derive(Debug, Clone)]
 pub struct ReadyMachine {
     pub id: String,
+    /// When the autoscaler decided to create it (wall clock, ms).
+    pub created_at: u64,
     /// From the decision to create it to its sidecar asking for jobs: the simulator's boot time.
     pub create_to_ready_s: f64,
     /// Seconds of that spent in each state on the way (`requested`, `creating`, ...).
@@ -145,10 +149,12 @@ impl MachineWatch {
         })
     }
 
-    /// The machines that became ready (took jobs): the simulator's "machines created".
+    /// The machines that became ready (took jobs), the simulator's "machines created", in the
+    /// order they were asked for.
     pub fn ready_machines(&self) -> Vec<ReadyMachine> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.values()
+        let mut ready: Vec<ReadyMachine> = seen
+            .values()
             .filter_map(|m| {
                 let ready = m
                     .timeline
@@ -164,10 +170,13 @@ impl MachineWatch {
                 }
                 Some(ReadyMachine {
                     id: m.id.clone(),
+                    created_at: m.created_at,
                     create_to_ready_s: ready.saturating_sub(m.created_at) as f64 / 1000.0,
                     parts,
                 })
             })
-            .collect()
+            .collect();
+        ready.sort_by_key(|m| m.created_at);
+        ready
     }
 }

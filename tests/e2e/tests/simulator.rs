@@ -13,9 +13,9 @@ use e2e::process::binary;
 use e2e::replay::{MachineWatch, ReadyMachine, percentile, replay};
 use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
 
-/// Two bursts of 24 jobs, 70 s apart: more than a pool of 16 slots at once, and far enough apart
-/// that the first burst's machines are gone (idle_time 10 s) before the second comes.
-const WORKLOAD: &str = "description = \"two bursts of 24 short jobs\"
+/// A burst of 24 jobs (more than the pool's 16 slots at once), a trickle of 6 while its
+/// machines go (idle_time 10 s), and a second burst of 12 spread over 15 s: 42 jobs.
+const WORKLOAD: &str = "description = \"a burst, a trickle, a spread burst\"
 start = \"2026-11-24T09:00:00Z\"
 length = \"100s\"
 seed = 7
@@ -27,9 +27,15 @@ jobs = 24
 duration = [\"4s\", \"12s\"]
 
 [[arrivals]]
+from = \"30s\"
+to = \"60s\"
+jobs = 6
+duration = [\"4s\", \"8s\"]
+
+[[arrivals]]
 from = \"70s\"
-to = \"73s\"
-jobs = 24
+to = \"85s\"
+jobs = 12
 duration = [\"4s\", \"12s\"]
 ";
 
@@ -98,12 +104,18 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         p95: percentile(&waits, 0.95),
         machines: ready.len() as f64,
     };
-    eprintln!("jobs: {}, waits (s) sorted: {:?}", waits.len(), sorted(&waits));
+    eprintln!(
+        "jobs: {}, waits (s) sorted: {:?}",
+        waits.len(),
+        sorted(&waits)
+    );
 
     // The simulator's boot time is create request to a sidecar asking for jobs: the injected
     // delay plus what the service adds (the create call, noticing the machine at a reconcile
-    // pass, SSH, injecting the sidecar, its first poll). That part depends on the host's load,
-    // so it is measured on this run's machines, never on the jobs' waits.
+    // pass, SSH, injecting the sidecar, its first poll). That part depends on the host and on
+    // how many machines boot at once, so it is measured on this run's machines (never on the
+    // jobs' waits) and replayed: the n-th machine the simulator makes boots as long as the
+    // n-th the service made.
     ensure!(!ready.is_empty(), "no machine became ready");
     let boots: Vec<f64> = ready.iter().map(|m| m.create_to_ready_s).collect();
     let (low, high) = (min(&boots), max(&boots));
@@ -111,19 +123,43 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         low >= BOOT_DELAY_S,
         "a machine was ready {low:.1} s after its create request, before its {BOOT_DELAY_S} s boot delay"
     );
-    print_boot_parts(&ready);
-    let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, policy_toml(low, high))?;
-    let simulated = simulate(&workload, &policy)?;
-
-    eprintln!("create to ready (s) {low:.1}-{high:.1}, of which the injected delay {BOOT_DELAY_S}");
-    eprintln!("                   real  simulated");
-    eprintln!("wait p50 (s)     {:>6.1} {:>10.1}", real.p50, simulated.p50);
-    eprintln!("wait p95 (s)     {:>6.1} {:>10.1}", real.p95, simulated.p95);
     eprintln!(
-        "machines created {:>6} {:>10}",
-        real.machines, simulated.machines
+        "create to ready (s), in creation order: {:?}",
+        rounded(&boots)
     );
+    print_boot_parts(&ready);
+    let replayed_boots = boots
+        .iter()
+        .map(|b| format!("\"{}ms\"", (b * 1000.0).round()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let simulated = simulate_with(
+        dir.path(),
+        &workload,
+        &format!("boot_times = [{replayed_boots}]"),
+    )?;
+    // For comparison only: boots drawn uniformly from the measured range, and from the delay
+    // plus a guessed 3-5 s.
+    let uniform = simulate_with(dir.path(), &workload, &boot_range(low, high))?;
+    let guessed = simulate_with(
+        dir.path(),
+        &workload,
+        &boot_range(BOOT_DELAY_S + 3.0, BOOT_DELAY_S + 5.0),
+    )?;
+
+    eprintln!("                   real  simulated | uniform {low:.1}-{high:.1} s | delay + 3-5 s");
+    let row = |what: &str, f: fn(&Figures) -> f64| {
+        eprintln!(
+            "{what:<16} {:>6.1} {:>10.1} | {:>17.1} | {:>13.1}",
+            f(&real),
+            f(&simulated),
+            f(&uniform),
+            f(&guessed)
+        );
+    };
+    row("wait p50 (s)", |f| f.p50);
+    row("wait p95 (s)", |f| f.p95);
+    row("machines created", |f| f.machines);
     ensure!(
         close_enough(real.p50, simulated.p50, 2.0)
             && close_enough(real.p95, simulated.p95, 2.0)
@@ -140,12 +176,25 @@ struct Figures {
     machines: f64,
 }
 
-/// The policy file: the service's pool settings, boot times uniform in `low..=high` seconds.
-fn policy_toml(low: f64, high: f64) -> String {
+fn boot_range(low: f64, high: f64) -> String {
     format!(
-        "[[pools]]\nname = \"default\"\n\n[pools.scaling]\n{SCALING}\n\n[pools.provisioner]\n\
-         boot_time = [\"{low:.1}s\", \"{high:.1}s\"]\n{CREATE_LIMITS}\n"
+        "boot_time = [\"{}ms\", \"{}ms\"]",
+        (low * 1000.0).round(),
+        (high * 1000.0).round()
     )
+}
+
+/// Simulates `workload` on a policy file of the service's pool settings and the `boot` line.
+fn simulate_with(dir: &Path, workload: &Path, boot: &str) -> Result<Figures> {
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[[pools]]\nname = \"default\"\n\n[pools.scaling]\n{SCALING}\n\n\
+             [pools.provisioner]\n{boot}\n{CREATE_LIMITS}\n"
+        ),
+    )?;
+    simulate(workload, &policy)
 }
 
 /// Where the machines' create-to-ready went, state by state (fastest and slowest machine).
@@ -157,7 +206,11 @@ fn print_boot_parts(ready: &[ReadyMachine]) {
         }
     }
     for (state, seconds) in parts {
-        eprintln!("  in {state:<10} {:.1}-{:.1} s", min(&seconds), max(&seconds));
+        eprintln!(
+            "  in {state:<10} {:.1}-{:.1} s",
+            min(&seconds),
+            max(&seconds)
+        );
     }
 }
 
@@ -193,8 +246,12 @@ fn simulate(workload: &Path, policy: &Path) -> Result<Figures> {
     })
 }
 
-fn sorted(waits: &[f64]) -> Vec<f64> {
-    let mut s: Vec<f64> = waits.iter().map(|w| (w * 10.0).round() / 10.0).collect();
+fn rounded(values: &[f64]) -> Vec<f64> {
+    values.iter().map(|v| (v * 10.0).round() / 10.0).collect()
+}
+
+fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut s = rounded(values);
     s.sort_by(f64::total_cmp);
     s
 }
