@@ -11,7 +11,7 @@ use anyhow::{Context, Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::process::binary;
 use e2e::replay::{MachineWatch, ReadyMachine, percentile, replay};
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
 
 /// A burst of 24 jobs (more than the pool's 16 slots at once), a trickle of 6 while its
 /// machines go (idle_time 10 s), and a second burst of 12 spread over 15 s: 42 jobs.
@@ -64,16 +64,18 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
     ensure!(jobs.len() >= 40, "the workload has {} jobs", jobs.len());
 
     let machines_root = dir.path().join("machines");
+    // Dropped after the autoscaler: whatever machines remain then go.
+    let _cleanup = LocalMachinesGuard {
+        root: machines_root.clone(),
+    };
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let mut pool = PoolSpec::local(
-        "local",
-        &machines_root,
-        SCALING,
-        "mode = \"builtin\"\nready_timeout = \"60s\"",
-    );
-    pool.tail = pool.tail.replace(
-        "env = { ",
-        &format!("{CREATE_LIMITS}\nenv = {{ LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\", "),
+    let mut pool = PoolSpec::new("local");
+    pool.tail = format!(
+        "[pools.provisioner]\ncommand = \"{}\"\n{CREATE_LIMITS}\nreconcile_interval = \"1s\"\n\
+         env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\" }}\n\n\
+         [pools.scaling]\n{SCALING}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
+        repo_root().join("provisioners/local/provisioner").display(),
+        machines_root.display(),
     );
     gitlab.add_runner(&pool.upstream_token).await?;
     let autoscaler = Autoscaler::start(
@@ -83,9 +85,6 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         "long_poll_timeout = \"10s\"",
     )
     .await?;
-    let _cleanup = LocalMachinesGuard {
-        root: machines_root,
-    };
     let watch = MachineWatch::default();
     let following = watch.follow(&autoscaler);
     let replayed = replay(
