@@ -87,6 +87,7 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
     .await?;
     let watch = MachineWatch::default();
     let following = watch.follow(&autoscaler);
+    let started_ms = e2e::replay::wall_ms();
     let replayed = replay(
         &gitlab,
         &pool.upstream_token,
@@ -122,6 +123,11 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         low >= BOOT_DELAY_S,
         "a machine was ready {low:.1} s after its create request, before its {BOOT_DELAY_S} s boot delay"
     );
+    let asked: Vec<f64> = ready
+        .iter()
+        .map(|m| m.created_at.saturating_sub(started_ms) as f64 / 1000.0)
+        .collect();
+    eprintln!("machines asked for at (s): {:?}", rounded(&asked));
     eprintln!(
         "create to ready (s), in creation order: {:?}",
         rounded(&boots)
