@@ -75,7 +75,12 @@ impl Fleet {
     pub fn create(&mut self, now: Millis) {
         let mut rng = Rng::new(self.seed ^ self.made.wrapping_mul(0x2545_F491_4F6C_DD1D));
         let (low, high) = self.cloud.boot_time;
-        let boot = low + (rng.unit() * (high - low) as f64) as Millis;
+        let drawn = low + (rng.unit() * (high - low) as f64) as Millis;
+        let replayed = &self.cloud.boot_times;
+        let boot = match usize::try_from(self.made) {
+            Ok(n) if !replayed.is_empty() => replayed[n % replayed.len()],
+            _ => drawn,
+        };
         let fails = rng.unit() < self.cloud.failure_rate;
         self.machines.push(Machine {
             id: format!("m{}", self.made),

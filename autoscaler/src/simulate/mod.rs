@@ -61,6 +61,31 @@ pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError>
     Ok(Report::new(name_of(workload), name_of(policy), tallies))
 }
 
+/// A job of a workload as the simulator draws it: when it reaches GitLab (after the workload's
+/// start), how long it runs, and its class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrawnJob {
+    pub after: std::time::Duration,
+    pub runs_for: std::time::Duration,
+    pub class: String,
+}
+
+/// The jobs of `workload`, in order of arrival: the very jobs [`simulate`] runs, so that the same
+/// workload can be replayed against a real service and the two compared.
+pub fn workload_jobs(workload: &Path) -> Result<Vec<DrawnJob>, SimulateError> {
+    let load = workload::read(&input::Input::read(workload)?)?;
+    let ms = std::time::Duration::from_millis;
+    Ok(load
+        .jobs()
+        .into_iter()
+        .map(|j| DrawnJob {
+            after: ms(j.at - load.start),
+            runs_for: ms(j.runs_for),
+            class: j.class,
+        })
+        .collect())
+}
+
 /// Every class the workload names has a pool in the policy.
 fn check_classes(
     input: &input::Input,

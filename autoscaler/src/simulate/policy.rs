@@ -9,6 +9,7 @@
 //! max_machines = 50
 //! [pools.provisioner]              # the modelled cloud
 //! boot_time = ["30s", "90s"]       # create request to a machine taking jobs, uniform
+//! # boot_times = ["14.2s", "9.8s"] # or measured ones: the n-th machine made takes the n-th
 //! failure_rate = 0.01              # share of creations that fail at the end of their boot
 //! create_rate = 2.0                # creations per second (token bucket), as the service's
 //! create_burst = 10
@@ -39,6 +40,8 @@ pub struct SimPool {
 #[derive(Debug, Clone)]
 pub struct Cloud {
     pub boot_time: (Millis, Millis),
+    /// Measured boot times replayed in order (cycling), in place of `boot_time`'s range.
+    pub boot_times: Vec<Millis>,
     pub failure_rate: f64,
     pub create_rate: f64,
     pub create_burst: u32,
@@ -95,7 +98,7 @@ fn read_pool(s: Section<'_>) -> Option<SimPool> {
 }
 
 fn read_cloud(s: Section<'_>) -> Option<Cloud> {
-    let boot_time = read_range(&s, "boot_time");
+    let (boot_time, boot_times) = read_boot(&s);
     let failure_rate: f64 = s.or("failure_rate", 0.0);
     if !(0.0..1.0).contains(&failure_rate) {
         s.problem("failure_rate", "must be at least 0 and below 1");
@@ -116,10 +119,29 @@ fn read_cloud(s: Section<'_>) -> Option<Cloud> {
     s.finish();
     Some(Cloud {
         boot_time: boot_time?,
+        boot_times: boot_times?,
         failure_rate,
         create_rate,
         create_burst,
         billing_period,
         price_per_hour,
     })
+}
+
+/// `boot_time` (a range drawn from) or `boot_times` (a list replayed in order), exactly one.
+fn read_boot(s: &Section<'_>) -> (Option<(Millis, Millis)>, Option<Vec<Millis>>) {
+    if !s.has("boot_times") {
+        return (read_range(s, "boot_time"), Some(Vec::new()));
+    }
+    if s.has("boot_time") {
+        s.problem("boot_time", "give either boot_time or boot_times, not both");
+    }
+    let times = s.parsed("boot_times", |v| match v {
+        figment::value::Value::Array(_, items) if !items.is_empty() => items
+            .iter()
+            .map(|item| values::duration(item).map(ms))
+            .collect(),
+        _ => Err("must be a non-empty list of durations".into()),
+    });
+    (Some((0, 0)), times)
 }

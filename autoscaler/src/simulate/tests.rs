@@ -127,3 +127,27 @@ fn bad_workload_files_name_the_file_line_and_key() {
     let err = simulate(&w, &p).unwrap_err().to_string();
     assert!(err.contains("t.toml") && err.contains("line 1"), "{err}");
 }
+
+/// Measured boot times are replayed in order: one job on an empty pool waits exactly the first.
+#[test]
+fn boot_times_are_replayed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = write(
+        dir.path(),
+        "one.toml",
+        "start = \"2026-11-23T08:00:00Z\"\nlength = \"1m\"\n\
+         [[arrivals]]\nfrom = \"0s\"\nto = \"1s\"\njobs = 1\nduration = \"5s\"\n",
+    );
+    let policy = "[[pools]]\nname = \"default\"\n[pools.scaling]\nmax_machines = 1\n\
+                  [pools.provisioner]\nboot_times = [\"7250ms\", \"1s\"]\n";
+    let p = write(dir.path(), "p.toml", policy);
+    let r = simulate(&w, &p).unwrap();
+    assert_eq!(r.total.wait_seconds.max, 7.3, "{r:?}");
+    let both = write(
+        dir.path(),
+        "both.toml",
+        &policy.replace("boot_times", "boot_time = \"1s\"\nboot_times"),
+    );
+    let err = simulate(&w, &both).unwrap_err().to_string();
+    assert!(err.contains("give either boot_time or boot_times"), "{err}");
+}

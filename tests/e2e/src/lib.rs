@@ -8,6 +8,7 @@ pub mod openapi;
 pub mod process;
 pub mod python_runner;
 pub mod recording;
+pub mod replay;
 pub mod scrape;
 pub mod stack;
 
