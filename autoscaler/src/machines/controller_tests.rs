@@ -12,6 +12,7 @@ use crate::core::classes::{Classes, MachineClass};
 use crate::core::reconcile::OrphanPolicy;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
+use crate::launcher::SidecarLauncher;
 use crate::launcher::fake::FakeLauncher;
 use crate::provisioner::fake::FakeProvisioner;
 use crate::sidecars::Sidecars;
@@ -21,15 +22,15 @@ const POOL: &str = "linux";
 /// Background work (injection, teardown) finishes within this, or the test fails.
 const SETTLE: Duration = Duration::from_secs(10);
 
-struct Rig {
-    controller: Arc<PoolController>,
-    machines: Arc<PoolMachines>,
-    launcher: FakeLauncher,
-    provider: Arc<FakeProvisioner>,
-    sidecars: Arc<Sidecars>,
-    jobs: Arc<Jobs>,
-    queue: Arc<PoolQueue>,
-    clock: Arc<ManualClock>,
+pub(super) struct Rig {
+    pub(super) controller: Arc<PoolController>,
+    pub(super) machines: Arc<PoolMachines>,
+    pub(super) launcher: FakeLauncher,
+    pub(super) provider: Arc<FakeProvisioner>,
+    pub(super) sidecars: Arc<Sidecars>,
+    pub(super) jobs: Arc<Jobs>,
+    pub(super) queue: Arc<PoolQueue>,
+    pub(super) clock: Arc<ManualClock>,
 }
 
 fn rig(scaling: ScalingConfig) -> Rig {
@@ -37,6 +38,16 @@ fn rig(scaling: ScalingConfig) -> Rig {
 }
 
 fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
+    rig_launching(scaling, classes, |_| None)
+}
+
+/// A rig whose controller starts sidecars with the launcher `launcher` makes from the rig's
+/// sidecar registry (`None`: the fake launcher).
+pub(super) fn rig_launching(
+    scaling: ScalingConfig,
+    classes: Option<Classes>,
+    launcher: impl FnOnce(&Arc<Sidecars>) -> Option<Arc<dyn SidecarLauncher>>,
+) -> Rig {
     let store = Arc::new(MemoryStore::new());
     let clock = Arc::new(ManualClock::new(1_000_000));
     let provider = Arc::new(FakeProvisioner::new(true));
@@ -53,10 +64,11 @@ fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
     let jobs = Arc::new(Jobs::load(store.clone(), clock.clone()).unwrap());
     let sidecars = Arc::new(Sidecars::load(store, clock.clone()).unwrap());
     let queue = PoolQueue::new(POOL, jobs.clone());
-    let launcher = FakeLauncher::default();
+    let fake = FakeLauncher::default();
+    let chosen = launcher(&sidecars).unwrap_or_else(|| Arc::new(fake.clone()));
     let controller = PoolController::new(
         machines.clone(),
-        Arc::new(launcher.clone()),
+        chosen,
         sidecars.clone(),
         jobs.clone(),
         queue.clone(),
@@ -78,7 +90,7 @@ fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
     Rig {
         controller,
         machines,
-        launcher,
+        launcher: fake,
         provider,
         sidecars,
         jobs,
@@ -89,7 +101,7 @@ fn rig_with(scaling: ScalingConfig, classes: Option<Classes>) -> Rig {
 
 impl Rig {
     /// A job GitLab handed to the pool.
-    fn job(&self, id: u64) -> JobId {
+    pub(super) fn job(&self, id: u64) -> JobId {
         self.job_with(id, &[])
     }
 
@@ -111,7 +123,7 @@ impl Rig {
     }
 
     /// Waits until `done` holds for the pool's machines (background tasks move them).
-    async fn until(&self, what: &str, done: impl Fn(&[MachineRecord]) -> bool) {
+    pub(super) async fn until(&self, what: &str, done: impl Fn(&[MachineRecord]) -> bool) {
         let mut changes = self.machines.subscribe();
         let waited = tokio::time::timeout(SETTLE, async {
             while !done(&self.machines.snapshot()) {
@@ -130,7 +142,7 @@ impl Rig {
         );
     }
 
-    fn only_machine(&self) -> MachineRecord {
+    pub(super) fn only_machine(&self) -> MachineRecord {
         let all = self.machines.snapshot();
         assert_eq!(all.len(), 1, "{all:?}");
         all[0].clone()
@@ -152,7 +164,7 @@ impl Rig {
 
 /// Taskscaler's idle strategy: an idle machine goes after `idle_time` (the demand-aware
 /// default would release it after its own grace).
-fn on_demand() -> ScalingConfig {
+pub(super) fn on_demand() -> ScalingConfig {
     ScalingConfig {
         idle_time: Duration::from_secs(600),
         strategy: crate::core::scaler::Strategy::Idle,

@@ -21,6 +21,8 @@ mod controller_tests;
 mod sources_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod user_data_tests;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -19,6 +19,8 @@ pub struct FakeMachine {
     pub state: ProviderState,
     /// Set by [`FakeProvisioner::reclaim`].
     pub interruption: Option<Interruption>,
+    /// The machine's own user-data, as a provider would hand it to the machine at boot.
+    pub user_data: Option<crate::secret::Secret>,
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +95,7 @@ impl FakeProvisioner {
                 labels,
                 state,
                 interruption: None,
+                user_data: None,
             },
         );
     }
@@ -119,7 +122,7 @@ impl Provisioner for FakeProvisioner {
                     batch_create: true,
                     max_batch: Some(5),
                     host_key: false,
-                    machine_user_data: false,
+                    machine_user_data: true,
                 },
             })
         })
@@ -156,6 +159,7 @@ impl Provisioner for FakeProvisioner {
                                 labels: item.labels,
                                 state,
                                 interruption: None,
+                                user_data: item.user_data,
                             },
                         );
                         (id, state)

@@ -35,7 +35,9 @@ async fn no_token_appears_in_any_log_the_stack_produced() -> Result<()> {
     let autoscaler_log = dir.path().join("autoscaler.log");
     let r = rig_logging(
         &[],
-        "max_machines = 1\nidle_time = \"10m\"",
+        // The idle strategy: once every machine is drained, none is made again (the
+        // demand-aware default would keep a spare for the two jobs it saw arrive together).
+        "max_machines = 1\nidle_time = \"10m\"\nstrategy = \"idle\"",
         "",
         &[],
         Some(&autoscaler_log),
