@@ -1,7 +1,8 @@
 //! A sidecar token minted for a machine opens the mirrored API only from that machine's
 //! address (as its provisioner reported it) or the pool's `token_networks`: job code on another
 //! machine that got hold of the token gets `403` and nothing else. Each refused (machine,
-//! address) pair is logged once.
+//! address) pair is logged once. Before the provider has said where the machine is, its token
+//! is not yet accepted from anywhere but `token_networks` ([`ApiError::AddressNotYetKnown`]).
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -69,6 +70,9 @@ pub async fn check_source(
     let allowed = peer.is_some_and(|p| binding.allows(&addresses, p.ip()));
     if allowed {
         return Ok(());
+    }
+    if host.is_none() {
+        return Err(ApiError::AddressNotYetKnown);
     }
     let address = peer.map(|p| p.ip().to_canonical());
     let unspecified = IpAddr::from([0, 0, 0, 0]);

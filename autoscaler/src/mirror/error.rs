@@ -22,6 +22,11 @@ pub enum ApiError {
     /// the check itself, not per request.
     #[error("sidecar token used from an address that is not its machine's")]
     WrongSource,
+    /// A machine's sidecar token before the provider has said where that machine is (a sidecar
+    /// started from user-data can poll before `status` reports the address): not yet
+    /// accepted; a job request hears "no job" and asks again.
+    #[error("sidecar token used before its machine's address is known")]
+    AddressNotYetKnown,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("request body larger than {limit} bytes")]
@@ -64,7 +69,9 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::TokenMissing => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) | ApiError::WrongSource => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::WrongSource | ApiError::AddressNotYetKnown => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RangeMismatch { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -81,7 +88,7 @@ impl IntoResponse for ApiError {
         let status = self.status();
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), error = %self, "request failed");
-        } else if matches!(self, ApiError::WrongSource) {
+        } else if matches!(self, ApiError::WrongSource | ApiError::AddressNotYetKnown) {
             tracing::debug!(status = status.as_u16(), error = %self, "request refused");
         } else {
             tracing::warn!(status = status.as_u16(), error = %self, "request refused");

@@ -29,7 +29,13 @@ pub async fn request_job(
         .token()
         .or_else(|| body::header(&headers, "runner-token").map(str::to_string))
         .ok_or(ApiError::TokenMissing)?;
-    let sidecar = authenticate(&app, &token, peer).await?;
+    let sidecar = match authenticate(&app, &token, peer).await {
+        Err(ApiError::AddressNotYetKnown) => match address_known(&app, &token, peer).await {
+            Some(sidecar) => sidecar,
+            None => return Ok(StatusCode::NO_CONTENT.into_response()),
+        },
+        other => other?,
+    };
     // Held until this request is answered or its client goes away.
     let _held = app
         .long_polls
@@ -68,6 +74,34 @@ pub async fn request_job(
     match waited {
         Some(id) => job_response(&app, id).await,
         None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// How long a job request from a machine whose address the provider has not reported yet
+/// waits for it before hearing "no job" (the sidecar then asks again after its check interval).
+const ADDRESS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits for the provider to report where the requesting sidecar's machine is (its `status` is
+/// typically a moment away), then authenticates again: the sidecar when its token is now
+/// accepted from this address, `None` when the wait ended first.
+async fn address_known(
+    app: &App,
+    token: &str,
+    peer: Option<Peer>,
+) -> Option<Arc<crate::sidecars::Sidecar>> {
+    let pool = app.sidecars.authenticate(token)?.pool().to_string();
+    let mut changes = app.machines.get(&pool)?.subscribe();
+    let deadline = crate::clock::monotonic() + ADDRESS_WAIT;
+    loop {
+        match authenticate(app, token, peer).await {
+            Ok(sidecar) => return Some(sidecar),
+            Err(ApiError::AddressNotYetKnown) => {}
+            Err(_) => return None,
+        }
+        let wait = deadline.saturating_duration_since(crate::clock::monotonic());
+        if tokio::time::timeout(wait, changes.changed()).await.is_err() {
+            return None;
+        }
     }
 }
 
