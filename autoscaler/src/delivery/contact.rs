@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{Delivery, DeliveryError};
 use crate::core::JobId;
-use crate::core::job::JobEvent;
+use crate::core::job::{JobEvent, JobPhase};
 use crate::store::JobRecord;
 
 /// `Job-Status` values after which nothing can run.
@@ -60,7 +60,10 @@ impl Delivery {
                 self.jobs.set_held(id, false)?;
                 self.jobs.set_acknowledged(id, true)?;
             }
-            ("running", 200) => {}
+            ("running", 200) => self.jobs.confirm_running(id),
+            (_, 403 | 404) if matches!(record.phase, JobPhase::Running { .. }) => {
+                return self.over_at_gitlab(record, status, job_status);
+            }
             (_, 403 | 404) => return self.dropped_by_gitlab(record, status, job_status),
             (_, other) => return Err(DeliveryError::Status(other)),
         }
@@ -80,6 +83,20 @@ impl Delivery {
     ) -> Result<(), DeliveryError> {
         tracing::warn!(job.id = %record.id, pool = %record.pool, status, job_status = job_status.as_deref().unwrap_or("-"),
             "GitLab ended the job while it waited for a machine (canceled, or failed such as runner_provisioning_timeout); dropped");
+        self.jobs.apply(record.id, JobEvent::Ended)?;
+        Ok(())
+    }
+
+    /// A running job (found in the store at start-up) that GitLab has ended: its sidecar
+    /// finished it before the crash, and the store had not kept the end yet.
+    fn over_at_gitlab(
+        &self,
+        record: &JobRecord,
+        status: u16,
+        job_status: Option<String>,
+    ) -> Result<(), DeliveryError> {
+        tracing::info!(job.id = %record.id, pool = %record.pool, status, job_status = job_status.as_deref().unwrap_or("-"),
+            "a job the store still had as running is over at GitLab (finished before the restart); ended here too");
         self.jobs.apply(record.id, JobEvent::Ended)?;
         Ok(())
     }

@@ -62,6 +62,11 @@ struct Held {
     /// The payload of a job taken in this run, until a sidecar has it: the hand-out reads no
     /// store, and works while the store refuses even reads (sled after a write error).
     payload: Option<Bytes>,
+    /// A running job found in the store at start-up, not yet confirmed with GitLab. After a
+    /// crash the store can be a little behind: the job's sidecar may have finished it, and
+    /// GitLab heard the end, while the record still says running. Left so, it would hold its
+    /// machine busy for ever; one keep-alive settles it (`owing`).
+    unconfirmed: bool,
 }
 
 #[derive(Debug)]
@@ -94,6 +99,7 @@ impl Jobs {
                 (
                     record.id,
                     Held {
+                        unconfirmed: matches!(record.phase, JobPhase::Running { .. }),
                         record,
                         trace_length: None,
                         payload: None,
@@ -223,6 +229,7 @@ impl Jobs {
                 record,
                 trace_length: never_ran.then_some(0),
                 payload: kept,
+                unconfirmed: false,
             },
         );
         self.bump();

@@ -54,6 +54,13 @@ impl Jobs {
         self.update(id, |r| r.artifact_refusal = Some(refusal))
     }
 
+    /// GitLab confirmed that a running job found at start-up still runs.
+    pub fn confirm_running(&self, id: JobId) {
+        if let Some(j) = self.lock().get_mut(&id) {
+            j.unconfirmed = false;
+        }
+    }
+
     pub fn add_spooled(&self, id: JobId, upload: SpooledUpload) -> Result<(), JobsError> {
         self.update(id, |r| r.spooled.push(upload))
     }
@@ -70,19 +77,20 @@ impl Jobs {
         let now = self.clock.now();
         self.lock()
             .values()
-            .map(|j| &j.record)
-            .filter(|r| {
+            .filter(|j| {
+                let r = &j.record;
                 let contact_due = match &r.phase {
                     JobPhase::Queued => true,
                     JobPhase::Assigned { at, .. } => now.saturating_sub(*at) >= ack_grace,
                     JobPhase::Running { since, .. } => {
-                        !r.acknowledged && now.saturating_sub(*since) >= ack_grace
+                        j.unconfirmed
+                            || (!r.acknowledged && now.saturating_sub(*since) >= ack_grace)
                     }
                     JobPhase::Failing { .. } | JobPhase::Finished { .. } => false,
                 };
                 contact_due || !r.spooled.is_empty() || matches!(r.phase, JobPhase::Failing { .. })
             })
-            .cloned()
+            .map(|j| j.record.clone())
             .collect()
     }
 

@@ -201,3 +201,31 @@ async fn a_job_that_could_not_be_made_durable_is_given_back_and_phase_changes_go
         Some(JobPhase::Finished { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_running_job_found_at_start_up_is_owed_one_check_with_gitlab() {
+    let (jobs, store, _) = table();
+    jobs.accept("default", &payload(5, &[])).unwrap();
+    jobs.apply(
+        JobId(5),
+        JobEvent::HandedOut {
+            sidecar: SidecarId(1),
+        },
+    )
+    .unwrap();
+    jobs.apply(JobId(5), JobEvent::Accepted).unwrap();
+    jobs.set_acknowledged(JobId(5), true).unwrap();
+    let owed = |j: &Jobs| j.owing(1_000_000).iter().map(|r| r.id).collect::<Vec<_>>();
+    assert!(owed(&jobs).is_empty(), "a job running in this run is not");
+
+    // After a restart the store may be behind (the end of the job lost with the crash): one
+    // keep-alive settles it, and a confirmed job is left alone.
+    let reloaded = Jobs::load(store.clone(), Arc::new(ManualClock::new(20_000))).unwrap();
+    assert!(matches!(
+        reloaded.phase(JobId(5)),
+        Some(JobPhase::Running { .. })
+    ));
+    assert_eq!(owed(&reloaded), vec![JobId(5)]);
+    reloaded.confirm_running(JobId(5));
+    assert!(owed(&reloaded).is_empty());
+}
