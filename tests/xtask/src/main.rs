@@ -87,7 +87,8 @@ fn has_cargo_subcommand(name: &str) -> bool {
 /// `jq` for the bash provisioner, `ssh`/`ssh-keygen` for checks, `git` for the repositories the
 /// independent python runner clones (`e2e/tests/independent.rs`), `strace` to show which
 /// system calls make a job durable (`e2e/tests/durability.rs`), `chromium` for the status page
-/// in a headless browser (`e2e/tests/status_page.rs`).
+/// in a headless browser (`e2e/tests/status_page.rs`), with a font of its own (packages are
+/// installed without their recommendations, which is where Chromium's fonts come from).
 const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("/usr/sbin/sshd", "openssh-server"),
     ("/usr/bin/ssh", "openssh-client"),
@@ -95,6 +96,10 @@ const SYSTEM_PACKAGES: &[(&str, &str)] = &[
     ("/usr/bin/git", "git"),
     ("/usr/bin/strace", "strace"),
     ("/usr/bin/chromium", "chromium"),
+    (
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "fonts-liberation",
+    ),
 ];
 
 /// Debian's `python3` makes virtual environments only with `python3-venv` (its `ensurepip`).
