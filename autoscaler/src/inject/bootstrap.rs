@@ -105,6 +105,24 @@ pub fn script(l: &Launch<'_>, files: &[(&str, u32, String)], extras: &Extras<'_>
     s
 }
 
+/// The sidecar token a bootstrap script writes into its token file (tests read it back as the
+/// machine would).
+#[cfg(test)]
+pub(crate) fn token_written_by(script: &str) -> String {
+    let line = script
+        .lines()
+        .find(|l| l.contains("> autoscaler-sidecar/token "))
+        .expect("the script writes the token file");
+    let encoded = line
+        .split('\'')
+        .nth(3)
+        .expect("the token file's contents are quoted base64");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .unwrap();
+    String::from_utf8(decoded).unwrap().trim_end().to_string()
+}
+
 impl Injector {
     /// The bootstrap script that starts the sidecar named `name` with `token` at boot; it
     /// fetches the binary from the autoscaler's [`BINARY_PATH`]. A secret: it holds the token.

@@ -101,8 +101,6 @@ impl SidecarLauncher for UserDataLauncher {
 mod tests {
     use std::time::Duration;
 
-    use base64::Engine;
-
     use super::*;
     use crate::clock::ManualClock;
     use crate::config::{SidecarConfig, SidecarMode, SidecarStart};
@@ -133,20 +131,7 @@ mod tests {
         )
     }
 
-    /// The token the script writes into the sidecar's token file.
-    fn token_in(script: &str) -> String {
-        let line = script
-            .lines()
-            .find(|l| {
-                l.ends_with("> autoscaler-sidecar/token && chmod 600 autoscaler-sidecar/token")
-            })
-            .expect("the script writes the token file");
-        let encoded = line.split('\'').nth(3).unwrap();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .unwrap();
-        String::from_utf8(bytes).unwrap().trim_end().to_string()
-    }
+    use crate::inject::bootstrap::token_written_by as token_in;
 
     #[tokio::test]
     async fn each_machine_gets_its_own_token_in_its_user_data() {

@@ -7,13 +7,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-
 use super::controller_tests::{Rig, on_demand, rig_launching};
 use crate::config::{SidecarConfig, SidecarMode, SidecarStart};
 use crate::core::machine::MachineState;
 use crate::core::reconcile::ProviderState;
 use crate::inject::Injector;
+use crate::inject::bootstrap::token_written_by as token_in;
 use crate::launcher::UserDataLauncher;
 use crate::ssh::ClientKey;
 
@@ -40,22 +39,6 @@ fn rig(dir: &std::path::Path) -> Rig {
             "linux",
         )))
     })
-}
-
-/// The sidecar token a machine's bootstrap script writes into its token file.
-fn token_in(script: &str) -> String {
-    let line = script
-        .lines()
-        .find(|l| l.contains("> autoscaler-sidecar/token "))
-        .expect("the script writes the token file");
-    let encoded = line
-        .split('\'')
-        .nth(3)
-        .expect("the token file's contents are quoted base64");
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .unwrap();
-    String::from_utf8(decoded).unwrap().trim_end().to_string()
 }
 
 #[tokio::test]

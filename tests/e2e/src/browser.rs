@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::python_runner::target_dir;
 use crate::stack::repo_root;
 
 /// The browser Debian installs (`cargo xtask test` installs the `chromium` package).
@@ -73,16 +72,7 @@ pub struct Report {
 
 /// The virtual environment with Playwright, installed on first use (Python 3 and PyPI needed).
 fn install() -> Result<PathBuf> {
-    let venv = target_dir()?.join("status-page-venv");
-    let script = repo_root().join("tests/e2e/fixtures/status-page/install");
-    let status = std::process::Command::new(&script)
-        .arg(&venv)
-        .status()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !status.success() {
-        bail!("{} failed ({status})", script.display());
-    }
-    Ok(venv)
+    crate::python_runner::install_venv("status-page")
 }
 
 /// Opens `admin_url` in headless Chromium and reports what the page showed.

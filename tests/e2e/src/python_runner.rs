@@ -17,8 +17,14 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The virtual environment, installed on first use (Python 3 and PyPI access needed).
 pub fn install() -> Result<PathBuf> {
-    let venv = target_dir()?.join("python-runner-venv");
-    let script = repo_root().join("tests/e2e/fixtures/python-runner/install");
+    install_venv("python-runner")
+}
+
+/// The virtual environment of `tests/e2e/fixtures/<fixture>/install`, made by that script in
+/// `<target>/<fixture>-venv` on first use.
+pub fn install_venv(fixture: &str) -> Result<PathBuf> {
+    let venv = target_dir()?.join(format!("{fixture}-venv"));
+    let script = repo_root().join(format!("tests/e2e/fixtures/{fixture}/install"));
     let status = std::process::Command::new(&script)
         .arg(&venv)
         .status()
