@@ -8,6 +8,8 @@
 //! setting with the fewest idle machine-minutes among those whose p95 wait is no worse than the
 //! demand-aware policy's (or, when none is, the fastest): the check that the shipped baseline
 //! is taskscaler at its best, not one chosen to lose.
+//!
+//! `--seeds N` reruns the comparison on N draws of every workload ([`seeds`]).
 
 // The table and the sweep are this task's output.
 #![allow(clippy::print_stdout)]
@@ -17,6 +19,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
+
+mod seeds;
 
 /// Fewer idle machine-minutes the demand-aware policy must reach, as a share of the baseline's.
 const IDLE_SAVING: f64 = 0.30;
@@ -46,6 +50,14 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
     workloads.sort();
     if args.iter().any(|a| a == "--sweep") {
         return sweep(&binary, &dir, &workloads);
+    }
+    if let Some(at) = args.iter().position(|a| a == "--seeds") {
+        let count = args
+            .get(at + 1)
+            .and_then(|n| n.parse().ok())
+            .filter(|&n| n > 0)
+            .context("--seeds takes a number of draws, e.g. --seeds 6")?;
+        return seeds::seeds(&binary, &dir, &workloads, count);
     }
     let mut table = String::from(
         "| workload | policy | p50 s | p95 s | p99 s | idle machine-min | total machine-min | machines made | acquire timeouts | cost | target |\n\
