@@ -1,6 +1,8 @@
 //! Artifacts: a 1 GiB archive uploaded and downloaded by a running job, directly and through
-//! the autoscaler (three times each, alternating), while the autoscaler's peak resident memory
-//! is tracked. The fake GitLab keeps artifacts in memory (tmpfs) where it can, so that the
+//! the autoscaler (five times each, alternating), while the autoscaler's peak resident memory
+//! is tracked. On a shared VM one transfer's rate varies by a factor of two from one round to
+//! the next on either path, so the medians are reported with the spread of the ratio of each
+//! round's pair. The fake GitLab keeps artifacts in memory (tmpfs) where it can, so that the
 //! figures are the relay's, not the disk's.
 
 use std::path::Path;
@@ -15,10 +17,12 @@ use crate::stack::{Autoscaler, Gitlab, memory, reset_peak, static_pool};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Transfers each way on each path; the median is reported.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
+/// Issue 14's target: artifacts relayed at wire speed, give or take the extra socket pair.
+const TARGET_RATIO: f64 = 0.95;
 
 pub async fn run(dir: &Path, size: u64) -> Result<Vec<Row>> {
-    // GitLab's artifact storage lives in memory when the machine has a tmpfs: 6 GiB written to
+    // GitLab's artifact storage lives in memory when the machine has a tmpfs: 10 GiB written to
     // disk would measure the page cache's write-back, which lands on either side at random.
     let in_memory = tempfile::Builder::new()
         .prefix("autoscaler-bench-artifacts-")
@@ -75,26 +79,30 @@ pub async fn run(dir: &Path, size: u64) -> Result<Vec<Row>> {
     }
     let (_, peak) = memory(pid)?;
     let growth = peak.saturating_sub(idle) as f64 / MIB;
+    let up_spread = spread(&direct_up, &through_up);
+    let down_spread = spread(&direct_down, &through_down);
     let [direct_up, direct_down, through_up, through_down] =
         [direct_up, direct_down, through_up, through_down].map(|mut v| percentile(&mut v, 50.0));
 
     let gib = size as f64 / (1024.0 * MIB);
     let rate = |d: Duration| size as f64 / MIB / d.as_secs_f64();
-    let row = |measure: &str, direct: Duration, through: Duration| {
+    let row = |measure: &str, direct: Duration, through: Duration, spread: String| {
         let (d, t) = (rate(direct), rate(through));
         Row {
             figure: "artifacts",
-            measure: format!("{measure} of {gib:.0} GiB"),
+            measure: format!(
+                "{measure} of {gib:.0} GiB, median of {ROUNDS} (ratio per round {spread})"
+            ),
             direct: Some(d),
             through: t,
             unit: "MiB/s",
-            target: "≥ 0.8 of direct".into(),
-            met: t / d >= 0.8,
+            target: format!("≥ {TARGET_RATIO} of direct"),
+            met: t / d >= TARGET_RATIO,
         }
     };
     Ok(vec![
-        row("upload", direct_up, through_up),
-        row("download", direct_down, through_down),
+        row("upload", direct_up, through_up, up_spread),
+        row("download", direct_down, through_down, down_spread),
         Row {
             figure: "artifacts",
             measure: format!(
@@ -108,6 +116,17 @@ pub async fn run(dir: &Path, size: u64) -> Result<Vec<Row>> {
             met: growth <= 64.0,
         },
     ])
+}
+
+/// The lowest and highest ratio of a round's rate through the autoscaler to the same round's
+/// direct rate.
+fn spread(direct: &[Duration], through: &[Duration]) -> String {
+    let ratios = direct
+        .iter()
+        .zip(through)
+        .map(|(d, t)| d.as_secs_f64() / t.as_secs_f64());
+    let (low, high) = ratios.fold((f64::INFINITY, 0.0_f64), |(l, h), r| (l.min(r), h.max(r)));
+    format!("{low:.2}–{high:.2}")
 }
 
 /// Upload then download of `size` bytes; how long each took.
