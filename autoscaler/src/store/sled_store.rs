@@ -38,6 +38,12 @@ pub struct SledStore {
     flush_seconds: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
+/// sled's page cache. Every record the service uses lives in its own memory too; sled is read at
+/// start-up and for a payload at handover, so its cache buys little, and sled's default (1 GiB)
+/// let resident memory grow with the store: 279 MiB with 10,000 machines and 20,000 jobs in
+/// the footprint benchmark, 236–241 MiB with this cache, with no change to the relay figures.
+const CACHE_CAPACITY: u64 = 16 * 1024 * 1024;
+
 impl SledStore {
     /// Opens (or creates) the store in `dir`. Refuses a store written by a newer schema, and a
     /// database that does not match its manifest (see `manifest`). Replays the journal, then
@@ -52,6 +58,7 @@ impl SledStore {
         let db = sled::Config::new()
             .path(dir.join("db"))
             .mode(sled::Mode::HighThroughput)
+            .cache_capacity(CACHE_CAPACITY)
             // Checkpoints flush sled; its own timer would only add syncs at random moments.
             .flush_every_ms(None)
             .open()
