@@ -40,7 +40,8 @@ pub struct Forecast {
     /// looks at arrivals within twice this: a job arriving while a machine is being made for
     /// an earlier one needs its own.
     pub lead_time: Millis,
-    /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
+    /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]): longer
+    /// while jobs keep arriving.
     pub surplus_grace: Millis,
     /// The most job slots needed (in use, running or waiting, plus the free slots forecast)
     /// during the last `surplus_grace`: capacity goes only once it has not been needed for that
@@ -151,8 +152,9 @@ impl DemandTracker {
             Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
             _ => 0,
         };
-        let surplus_grace = surplus_grace(lead_time, window);
         let peak_in_lead_time = weighed_peak(&recent, lead_time * 2, now, window);
+        let still_coming = recent.iter().filter(|&&t| t + lead_time * 2 > now).count();
+        let surplus_grace = surplus_grace(lead_time, window, still_coming);
         let need = self
             .in_use
             .saturating_add(peak_in_lead_time)
@@ -202,12 +204,22 @@ pub fn wanted_free_slots(forecast: &Forecast) -> u32 {
         .saturating_add(forecast.gitlab_backlog)
 }
 
-/// How long an idle machine the forecast does not need is kept: twice the time a new one
-/// takes to make, at least 3 minutes (holding it longer costs more machine time than making it
-/// again; holding it shorter lets demand that comes in waves release a machine between waves),
-/// at most `idle_time`. While it is kept the slots needed meanwhile (`need_peak`) stay too.
-pub fn surplus_grace(lead_time: Millis, idle_time: Millis) -> Millis {
-    lead_time.saturating_mul(2).max(180_000).min(idle_time)
+/// Jobs that arrived within two lead times that lengthen the grace by one more base grace.
+const GRACE_JOBS: u64 = 8;
+
+/// How long an idle machine the forecast does not need is kept. The base is twice the time a
+/// new one takes to make, at least 3 minutes (holding it longer costs more machine time than
+/// making it again; holding it shorter lets demand that comes in waves release a machine
+/// between waves). While jobs keep coming a released machine is soon made again, so the base
+/// grows by an eighth for each job that arrived within the last two lead times
+/// (`still_coming`); once arrivals stop (the tail of a burst, a quiet night) it is the base
+/// again. At most `idle_time`. While a machine is kept the slots needed meanwhile
+/// (`need_peak`) stay too.
+pub fn surplus_grace(lead_time: Millis, idle_time: Millis, still_coming: usize) -> Millis {
+    let base = lead_time.saturating_mul(2).max(180_000);
+    let coming = u64::try_from(still_coming).unwrap_or(u64::MAX);
+    base.saturating_add(base.saturating_mul(coming) / GRACE_JOBS)
+        .min(idle_time)
 }
 
 /// Whether a machine created at `created_at` is in the last part of a paid period, where
@@ -313,6 +325,27 @@ mod tests {
         assert_eq!((f.peak_in_lead_time, f.need_peak), (5, 6));
         // The grace never exceeds the window (idle_time).
         assert_eq!(t.forecast(340_000, 60_000).surplus_grace, 60_000);
+    }
+
+    #[test]
+    fn the_grace_grows_while_jobs_keep_coming() {
+        let mut t = DemandTracker::default();
+        t.machine_ready(60_000);
+        let window = 600_000;
+        // No arrivals: twice the lead time, at least 3 minutes.
+        assert_eq!(t.forecast(0, window).surplus_grace, 180_000);
+        // Eight jobs within the last two lead times: one base grace more.
+        for at in (1_000..=8_000).step_by(1_000) {
+            t.job_arrived(at, None);
+        }
+        assert_eq!(t.forecast(10_000, window).surplus_grace, 360_000);
+        // Arrivals stopped two lead times ago: the base again, whatever came before.
+        assert_eq!(t.forecast(130_000, window).surplus_grace, 180_000);
+        // Never beyond idle_time.
+        for at in (200_000..=260_000).step_by(1_000) {
+            t.job_arrived(at, None);
+        }
+        assert_eq!(t.forecast(260_000, window).surplus_grace, window);
     }
 
     #[test]
