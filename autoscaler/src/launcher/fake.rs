@@ -24,6 +24,10 @@ struct State {
     launched: Vec<Launched>,
     stopped: Vec<String>,
     unreachable: HashSet<String>,
+    /// Machines not yet asked about that will be unreachable when first asked about.
+    next_unreachable: usize,
+    /// Machines asked about so far.
+    seen: HashSet<String>,
     dead: HashSet<String>,
 }
 
@@ -40,6 +44,12 @@ impl FakeLauncher {
     /// Opening a session to `machine` fails from now on.
     pub fn make_unreachable(&self, machine: &str) {
         self.lock().unreachable.insert(machine.to_string());
+    }
+
+    /// The next `n` machines the launcher is first asked to reach are unreachable (for
+    /// machines whose injection starts before a test learns their ids).
+    pub fn make_next_unreachable(&self, n: usize) {
+        self.lock().next_unreachable = n;
     }
 
     /// The sidecar of `machine` is reported as not running.
@@ -61,7 +71,11 @@ impl FakeLauncher {
     }
 
     fn check_reachable(&self, target: &LaunchTarget, step: &'static str) -> Result<()> {
-        let state = self.lock();
+        let mut state = self.lock();
+        if state.seen.insert(target.machine_id.clone()) && state.next_unreachable > 0 {
+            state.next_unreachable -= 1;
+            state.unreachable.insert(target.machine_id.clone());
+        }
         if state.unreachable.contains(&target.machine_id) {
             return Err(LaunchError::Refused {
                 step,

@@ -84,7 +84,7 @@ impl PoolController {
         queue: Arc<PoolQueue>,
         settings: ControllerSettings,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let controller = Arc::new(Self {
             machines,
             launcher,
             sidecars,
@@ -103,7 +103,19 @@ impl PoolController {
             probing: Mutex::new(HashSet::new()),
             demand: Mutex::new(DemandTracker::default()),
             decisions: std::sync::OnceLock::new(),
-        })
+        });
+        // A machine's sidecar starts as soon as the provider says it runs; the pass that made
+        // it may still be waiting for the provider's other creates.
+        let weak = Arc::downgrade(&controller);
+        controller.machines.on_booting(move |id| {
+            let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+            if let Some(this) = weak.upgrade().filter(|_| in_runtime)
+                && let Some(m) = this.machines.get(id)
+            {
+                this.start_injection(&m);
+            }
+        });
+        controller
     }
 
     /// Reports every executed plan to `decisions`. Set once.

@@ -74,6 +74,18 @@ pub struct PoolMachines {
     table: Mutex<BTreeMap<String, MachineRecord>>,
     changed: watch::Sender<u64>,
     timings: Mutex<PassTimings>,
+    /// Called with a machine's id when it starts to boot (set by the pool's controller).
+    on_booting: std::sync::OnceLock<BootingHook>,
+}
+
+/// What is done with a machine that starts to boot: its sidecar is started at once, not at the
+/// next pass, which waits for every create of the pass that made it.
+struct BootingHook(Box<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for BootingHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BootingHook")
+    }
 }
 
 /// How long the pool's last control passes took, for operators (`GET /pools`) and the
@@ -114,6 +126,7 @@ impl PoolMachines {
             clock,
             table: Mutex::new(table),
             changed: watch::Sender::new(0),
+            on_booting: std::sync::OnceLock::new(),
             timings: Mutex::new(PassTimings::default()),
         }))
     }
@@ -291,8 +304,19 @@ impl PoolMachines {
         if before != after {
             tracing::info!(pool = %self.settings.pool, machine.id = %id, from = %before, to = %after, reason, "machine state changed");
             self.bump();
+            if after == MachineState::Booting
+                && let Some(hook) = self.on_booting.get()
+            {
+                (hook.0)(id);
+            }
         }
         Ok((before, after))
+    }
+
+    /// Has `hook` called with the id of each machine that starts to boot, after its record
+    /// says so. Set once.
+    pub fn on_booting(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.on_booting.set(BootingHook(Box::new(hook)));
     }
 
     /// Changes fields of a machine's record (not its state), persisted.
