@@ -94,6 +94,10 @@ fn pinned(program: std::path::PathBuf, cpus: Option<String>) -> Command {
 
 /// A static pool's configuration: sidecars register with `registration`, the autoscaler asks
 /// GitLab with `upstream` and at most `concurrency` job requests in flight.
+///
+/// The bench's runners stand for many machines but all come from 127.0.0.1, so the
+/// per-address connection cap (256, sized for one machine) is raised: at 256 runners, each with
+/// a long poll and a connection for its other calls, it closed connections mid-figure.
 pub fn static_pool(
     gitlab_url: &str,
     upstream: &str,
@@ -101,7 +105,8 @@ pub fn static_pool(
     concurrency: u32,
 ) -> String {
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nlong_poll_timeout = \"50s\"\n\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nlong_poll_timeout = \"50s\"\n\
+         max_connections_per_address = 4096\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\n[state]\ndir = \"state\"\n\n\
          [upstream]\nurl = \"{gitlab_url}\"\n\n\
          [[pools]]\nname = \"bench\"\nupstream_token = \"{upstream}\"\n\
