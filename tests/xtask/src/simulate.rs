@@ -9,7 +9,8 @@
 //! demand-aware policy's (or, when none is, the fastest): the check that the shipped baseline
 //! is taskscaler at its best, not one chosen to lose.
 //!
-//! `--seeds N` reruns the comparison on N draws of every workload ([`seeds`]).
+//! `--seeds N` reruns the comparison on N draws of every workload ([`seeds`]); with `--sweep`,
+//! each setting is judged by its means over those draws.
 
 // The table and the sweep are this task's output.
 #![allow(clippy::print_stdout)]
@@ -48,15 +49,19 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     workloads.sort();
+    let draws = match args.iter().position(|a| a == "--seeds") {
+        None => None,
+        Some(at) => Some(
+            args.get(at + 1)
+                .and_then(|n| n.parse().ok())
+                .filter(|&n| n > 0)
+                .context("--seeds takes a number of draws, e.g. --seeds 6")?,
+        ),
+    };
     if args.iter().any(|a| a == "--sweep") {
-        return sweep(&binary, &dir, &workloads);
+        return sweep(&binary, &dir, &workloads, draws);
     }
-    if let Some(at) = args.iter().position(|a| a == "--seeds") {
-        let count = args
-            .get(at + 1)
-            .and_then(|n| n.parse().ok())
-            .filter(|&n| n > 0)
-            .context("--seeds takes a number of draws, e.g. --seeds 6")?;
+    if let Some(count) = draws {
         return seeds::seeds(&binary, &dir, &workloads, count);
     }
     let mut table = String::from(
@@ -181,13 +186,22 @@ fn grid(key: &str) -> &'static [&'static str] {
     }
 }
 
-fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf]) -> Result<()> {
+/// With `draws`, every setting (and the demand-aware policy) is judged by its means over that
+/// many draws of the workload ([`seeds::mean_run`]), so that the tuning is not fitted to one.
+fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("xtask-sweep-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
+    let evaluate = |w: &Path, policy: &Path| match draws {
+        None => run(binary, w, policy),
+        Some(n) => seeds::mean_run(binary, &scratch, w, policy, n),
+    };
+    if let Some(n) = draws {
+        println!("(p95 and idle are means over {n} draws of each workload)");
+    }
     for w in workloads {
         let name = stem(w);
         let baseline = policy_for(dir, &name, "taskscaler")?;
-        let d = run(binary, w, &policy_for(dir, &name, "demand")?)?;
+        let d = evaluate(w, &policy_for(dir, &name, "demand")?)?;
         let text = std::fs::read_to_string(&baseline)?;
         // The fewest idle minutes among settings as fast as the demand-aware policy at p95,
         // and the fastest setting of all.
@@ -197,7 +211,7 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf]) -> Result<()> {
             std::fs::write(&file, &variant)?;
             // A combination the configuration refuses (a scale_factor_limit below idle_count)
             // is not one an operator can write.
-            let Ok(r) = run(binary, w, &file) else {
+            let Ok(r) = evaluate(w, &file) else {
                 continue;
             };
             if r.p95 <= d.p95 && matching.as_ref().is_none_or(|(_, m)| r.idle < m.idle) {

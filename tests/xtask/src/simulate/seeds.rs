@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::{IDLE_SAVING, policy_for, run, stem};
+use super::{IDLE_SAVING, Run, policy_for, run, stem};
 
 pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("xtask-seeds-{}", std::process::id()));
@@ -50,6 +50,49 @@ pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Re
         println!("(the README's table shows the shipped seed only)");
     }
     Ok(())
+}
+
+/// The report of `policy` on draws 1 to `count` of `workload`, each figure the mean of the
+/// draws' (the sweep's judge of a setting: a tuning fitted to one draw can lose on the next).
+pub fn mean_run(
+    binary: &Path,
+    scratch: &Path,
+    workload: &Path,
+    policy: &Path,
+    count: u64,
+) -> Result<Run> {
+    let text = std::fs::read_to_string(workload)?;
+    let file = scratch.join(format!("draw-{}.toml", stem(workload)));
+    let mut runs = Vec::new();
+    for seed in 1..=count {
+        std::fs::write(&file, with_seed(&text, seed))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        runs.push(run(binary, &file, policy)?);
+    }
+    let mean = |f: &dyn Fn(&Run) -> f64| mean_of(&runs, f);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // small counts
+    let rounded = |x: f64| x.round() as u64;
+    #[allow(clippy::cast_precision_loss)] // small counts
+    Ok(Run {
+        p50: mean(&|r| r.p50),
+        p95: mean(&|r| r.p95),
+        p99: mean(&|r| r.p99),
+        idle: mean(&|r| r.idle),
+        total: mean(&|r| r.total),
+        created: rounded(mean(&|r| r.created as f64)),
+        timeouts: rounded(mean(&|r| r.timeouts as f64)),
+        cost: runs
+            .iter()
+            .map(|r| r.cost)
+            .sum::<Option<f64>>()
+            .map(|total| total / runs.len().max(1) as f64),
+    })
+}
+
+fn mean_of(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // a handful of draws
+    let n = runs.len().max(1) as f64;
+    runs.iter().map(f).sum::<f64>() / n
 }
 
 /// The workload with its `seed = ...` line replaced (added when it has none).
