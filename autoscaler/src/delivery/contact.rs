@@ -10,6 +10,10 @@
 //! Either way GitLab's `Job-Status` says within one interval that the job was canceled or
 //! failed (a missed acknowledgement ends as `runner_provisioning_timeout`): the job is dropped
 //! before a machine runs it, with one log line.
+//!
+//! A job the store still had as running at start-up gets one such keep-alive too: its sidecar
+//! may have finished it before the crash, with the end not yet on disk. GitLab's `403` (or a
+//! `Job-Status` that is over) ends it here, which frees its machine; a `200` confirms it.
 
 use serde_json::json;
 
@@ -67,7 +71,11 @@ impl Delivery {
             (_, 403 | 404) => return self.dropped_by_gitlab(record, status, job_status),
             (_, other) => return Err(DeliveryError::Status(other)),
         }
+        let running = matches!(record.phase, JobPhase::Running { .. });
         match job_status.as_deref() {
+            js if running && is_over(js) => self.over_at_gitlab(record, status, job_status),
+            // A running job's sidecar hears a cancel on its own calls and ends the job itself.
+            _ if running => Ok(()),
             Some("canceling") => self.give_up_canceling(record).await,
             js if is_over(js) => self.dropped_by_gitlab(record, status, job_status),
             _ => Ok(()),

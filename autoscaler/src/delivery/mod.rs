@@ -14,6 +14,8 @@
 
 mod contact;
 mod spool;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -271,6 +273,12 @@ impl Delivery {
             }
             JobPhase::Running { .. } if !record.acknowledged => {
                 self.acknowledge(record.id).await?;
+            }
+            // Found running at start-up: one keep-alive says whether GitLab still runs it.
+            JobPhase::Running { .. }
+                if self.jobs.is_unconfirmed(record.id) && self.contact_due(record.id) =>
+            {
+                self.keep_in_touch(&record).await?;
             }
             _ => {}
         }

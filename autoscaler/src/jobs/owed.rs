@@ -55,6 +55,12 @@ impl Jobs {
     }
 
     /// GitLab confirmed that a running job found at start-up still runs.
+    /// A running job found at start-up that GitLab has not confirmed yet (the store may have
+    /// lost its end in the crash).
+    pub fn is_unconfirmed(&self, id: JobId) -> bool {
+        self.lock().get(&id).is_some_and(|j| j.unconfirmed)
+    }
+
     pub fn confirm_running(&self, id: JobId) {
         if let Some(j) = self.lock().get_mut(&id) {
             j.unconfirmed = false;
