@@ -17,16 +17,22 @@ pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Re
     let mut met_everywhere = true;
     for w in workloads {
         let name = stem(w);
-        let demand = policy_for(dir, &name, "demand")?;
-        let baseline = policy_for(dir, &name, "taskscaler")?;
-        let text = std::fs::read_to_string(w)?;
+        let demand = draws(
+            binary,
+            &scratch,
+            w,
+            &policy_for(dir, &name, "demand")?,
+            count,
+        )?;
+        let baseline = draws(
+            binary,
+            &scratch,
+            w,
+            &policy_for(dir, &name, "taskscaler")?,
+            count,
+        )?;
         let (mut met, mut p95_diffs, mut savings) = (0, Vec::new(), Vec::new());
-        for seed in 1..=count {
-            let file = scratch.join(format!("{name}.toml"));
-            std::fs::write(&file, with_seed(&text, seed))
-                .with_context(|| format!("cannot write {}", file.display()))?;
-            let d = run(binary, &file, &demand)?;
-            let b = run(binary, &file, &baseline)?;
+        for (d, b) in demand.iter().zip(&baseline) {
             let saving = if b.idle > 0.0 {
                 1.0 - d.idle / b.idle
             } else {
@@ -52,6 +58,25 @@ pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Re
     Ok(())
 }
 
+/// The reports of `policy` on draws 1 to `count` of `workload`, in seed order.
+fn draws(
+    binary: &Path,
+    scratch: &Path,
+    workload: &Path,
+    policy: &Path,
+    count: u64,
+) -> Result<Vec<Run>> {
+    let text = std::fs::read_to_string(workload)?;
+    let file = scratch.join(format!("draw-{}.toml", stem(workload)));
+    (1..=count)
+        .map(|seed| {
+            std::fs::write(&file, with_seed(&text, seed))
+                .with_context(|| format!("cannot write {}", file.display()))?;
+            run(binary, &file, policy)
+        })
+        .collect()
+}
+
 /// The report of `policy` on draws 1 to `count` of `workload`, each figure the mean of the
 /// draws' (the sweep's judge of a setting: a tuning fitted to one draw can lose on the next).
 pub fn mean_run(
@@ -61,38 +86,30 @@ pub fn mean_run(
     policy: &Path,
     count: u64,
 ) -> Result<Run> {
-    let text = std::fs::read_to_string(workload)?;
-    let file = scratch.join(format!("draw-{}.toml", stem(workload)));
-    let mut runs = Vec::new();
-    for seed in 1..=count {
-        std::fs::write(&file, with_seed(&text, seed))
-            .with_context(|| format!("cannot write {}", file.display()))?;
-        runs.push(run(binary, &file, policy)?);
-    }
-    let mean = |f: &dyn Fn(&Run) -> f64| mean_of(&runs, f);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // small counts
-    let rounded = |x: f64| x.round() as u64;
-    #[allow(clippy::cast_precision_loss)] // small counts
-    Ok(Run {
-        p50: mean(&|r| r.p50),
-        p95: mean(&|r| r.p95),
-        p99: mean(&|r| r.p99),
-        idle: mean(&|r| r.idle),
-        total: mean(&|r| r.total),
-        created: rounded(mean(&|r| r.created as f64)),
-        timeouts: rounded(mean(&|r| r.timeouts as f64)),
+    let runs = draws(binary, scratch, workload, policy, count)?;
+    #[allow(clippy::cast_precision_loss)] // a handful of draws
+    let n = runs.len().max(1) as f64;
+    let mean = |f: fn(&Run) -> f64| runs.iter().map(f).sum::<f64>() / n;
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let run = Run {
+        p50: mean(|r| r.p50),
+        p95: mean(|r| r.p95),
+        p99: mean(|r| r.p99),
+        idle: mean(|r| r.idle),
+        total: mean(|r| r.total),
+        created: mean(|r| r.created as f64).round() as u64,
+        timeouts: mean(|r| r.timeouts as f64).round() as u64,
         cost: runs
             .iter()
             .map(|r| r.cost)
             .sum::<Option<f64>>()
-            .map(|total| total / runs.len().max(1) as f64),
-    })
-}
-
-fn mean_of(runs: &[Run], f: &dyn Fn(&Run) -> f64) -> f64 {
-    #[allow(clippy::cast_precision_loss)] // a handful of draws
-    let n = runs.len().max(1) as f64;
-    runs.iter().map(f).sum::<f64>() / n
+            .map(|c| c / n),
+    };
+    Ok(run)
 }
 
 /// The workload with its `seed = ...` line replaced (added when it has none).
