@@ -2,7 +2,9 @@
 //! running jobs with real payloads — written into a store, then the autoscaler started on it
 //! with a provisioner that lists those machines. Start-up is the time to `listening on`;
 //! memory is the resident size once the pool has been reconciled; the reconcile and pass
-//! times are the autoscaler's own (`GET /pools`).
+//! times are the autoscaler's own (`GET /pools`). A restarted service asks GitLab once whether
+//! each running job it found still runs; a real GitLab would say so, and the fake, which never
+//! handed these jobs out, is told to answer those calls `200`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use autoscaler::store::{
     Endpoint, HostKey, HostKeySource, JobRecord, MachineRecord, SidecarRecord, SledStore, Store,
     TimelineEntry,
 };
+use fake_gitlab::control::{FaultAction, FaultRule};
 use serde_json::json;
 
 use super::throughput::fill;
@@ -50,6 +53,17 @@ pub async fn run(dir: &Path, machines: usize, jobs: usize) -> Result<Vec<Row>> {
         gitlab.url,
         provisioner.display()
     );
+    gitlab
+        .control
+        .add_fault(
+            &FaultRule::new(FaultAction::Status {
+                status: 200,
+                retry_after: None,
+            })
+            .methods(&["PUT"])
+            .path_prefix("/api/v4/jobs/"),
+        )
+        .await?;
     let started = Instant::now();
     let autoscaler = Autoscaler::start(&home, &config).await?;
     let startup = started.elapsed();

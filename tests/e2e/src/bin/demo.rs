@@ -167,6 +167,17 @@ async fn main() -> Result<()> {
         let counts: Vec<String> = by_status.iter().map(|(s, n)| format!("{n}x{s}")).collect();
         println!("  {route:<40} {}", counts.join(", "));
     }
+    if stats
+        .requests
+        .iter()
+        .any(|(route, by_status)| route.starts_with("PUT") && by_status.contains_key("400"))
+    {
+        println!(
+            "  (a 400 on PUT is expected: the autoscaler's first keep-alive of a job, `state=pending`, asks\n   \
+             whether GitLab holds it for two-phase commit; this GitLab, like a default one, runs jobs from\n   \
+             hand-out and answers 400, after which the job counts as acknowledged)"
+        );
+    }
     let left = std::fs::read_dir(&machines_root)
         .map(|d| {
             d.flatten()
