@@ -179,9 +179,11 @@ fn write_readme(readme: &Path, table: &str) -> Result<()> {
 /// The grid: the values a `# sweep` line of a baseline takes.
 fn grid(key: &str) -> &'static [&'static str] {
     match key {
-        "idle_count" => &["2", "5", "10", "15", "20", "30", "40"],
-        "idle_time" => &["\"5m\"", "\"10m\"", "\"20m\"", "\"30m\""],
-        "scale_factor" => &["0.0", "0.1", "0.25", "0.5"],
+        "idle_count" => &["0", "1", "2", "3", "5", "10", "15", "20", "30", "40"],
+        "idle_time" => &[
+            "\"1m\"", "\"2m\"", "\"5m\"", "\"10m\"", "\"20m\"", "\"30m\"",
+        ],
+        "scale_factor" => &["0.0", "0.1", "0.25", "0.5", "1.0"],
         _ => &[],
     }
 }
