@@ -83,6 +83,7 @@ impl Intake {
             let mut not_before = crate::clock::monotonic();
             let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
             let mut failing = false;
+            let mut told_stopping = false;
             loop {
                 let want = self.want();
                 while !stop.is_cancelled() && in_flight.len() < want && crate::clock::monotonic() >= not_before {
@@ -91,6 +92,13 @@ impl Intake {
                 }
                 if stop.is_cancelled() && in_flight.is_empty() {
                     break;
+                }
+                if stop.is_cancelled() && !told_stopping {
+                    told_stopping = true;
+                    // A request GitLab holds may be given a job at any moment, so it is not
+                    // cut: shutting down waits for it, up to GitLab's long-poll time.
+                    tracing::info!(requests = in_flight.len(),
+                        "stopping: waiting for the job requests GitLab holds to come back (up to its long-poll time)");
                 }
                 let backing_off = in_flight.len() < want && crate::clock::monotonic() < not_before;
                 tokio::select! {
