@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::ManualClock;
-use crate::core::job::{JobEvent, JobPhase};
+use crate::core::job::JobPhase;
 use crate::core::{JobId, SidecarId};
 use crate::delivery::Delivery;
 use crate::jobs::Jobs;
@@ -23,15 +23,7 @@ fn restarted_with_a_running_job(store: &Arc<MemoryStore>) -> Arc<Jobs> {
     let clock = Arc::new(ManualClock::new(10_000));
     let jobs = Jobs::load(store.clone(), clock).unwrap();
     jobs.accept("default", &payload(5)).unwrap();
-    jobs.apply(
-        JobId(5),
-        JobEvent::HandedOut {
-            sidecar: SidecarId(1),
-        },
-    )
-    .unwrap();
-    jobs.apply(JobId(5), JobEvent::Accepted).unwrap();
-    jobs.set_acknowledged(JobId(5), true).unwrap();
+    jobs.start_running(JobId(5), SidecarId(1));
     Arc::new(Jobs::load(store.clone(), Arc::new(ManualClock::new(20_000))).unwrap())
 }
 

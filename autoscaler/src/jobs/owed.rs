@@ -54,13 +54,13 @@ impl Jobs {
         self.update(id, |r| r.artifact_refusal = Some(refusal))
     }
 
-    /// GitLab confirmed that a running job found at start-up still runs.
     /// A running job found at start-up that GitLab has not confirmed yet (the store may have
     /// lost its end in the crash).
     pub fn is_unconfirmed(&self, id: JobId) -> bool {
         self.lock().get(&id).is_some_and(|j| j.unconfirmed)
     }
 
+    /// GitLab confirmed that a running job found at start-up still runs.
     pub fn confirm_running(&self, id: JobId) {
         if let Some(j) = self.lock().get_mut(&id) {
             j.unconfirmed = false;
@@ -145,5 +145,18 @@ impl Jobs {
             })
             .map(|j| j.record.id)
             .collect()
+    }
+}
+
+#[cfg(test)]
+impl Jobs {
+    /// Job `id` handed to `sidecar`, accepted by it and acknowledged to GitLab (the state a
+    /// running job is stored in), for tests of what follows.
+    pub(crate) fn start_running(&self, id: JobId, sidecar: crate::core::SidecarId) {
+        self.apply(id, crate::core::job::JobEvent::HandedOut { sidecar })
+            .unwrap();
+        self.apply(id, crate::core::job::JobEvent::Accepted)
+            .unwrap();
+        self.set_acknowledged(id, true).unwrap();
     }
 }

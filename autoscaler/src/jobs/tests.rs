@@ -206,15 +206,7 @@ async fn a_job_that_could_not_be_made_durable_is_given_back_and_phase_changes_go
 async fn a_running_job_found_at_start_up_is_owed_one_check_with_gitlab() {
     let (jobs, store, _) = table();
     jobs.accept("default", &payload(5, &[])).unwrap();
-    jobs.apply(
-        JobId(5),
-        JobEvent::HandedOut {
-            sidecar: SidecarId(1),
-        },
-    )
-    .unwrap();
-    jobs.apply(JobId(5), JobEvent::Accepted).unwrap();
-    jobs.set_acknowledged(JobId(5), true).unwrap();
+    jobs.start_running(JobId(5), SidecarId(1));
     let owed = |j: &Jobs| j.owing(1_000_000).iter().map(|r| r.id).collect::<Vec<_>>();
     assert!(owed(&jobs).is_empty(), "a job running in this run is not");
 

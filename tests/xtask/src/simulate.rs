@@ -75,12 +75,7 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
         let baseline = policy_for(&dir, &name, "taskscaler")?;
         let d = run(&binary, w, &demand)?;
         let b = run(&binary, w, &baseline)?;
-        let saving = if b.idle > 0.0 {
-            1.0 - d.idle / b.idle
-        } else {
-            0.0
-        };
-        let met = d.p95 <= b.p95 && saving >= IDLE_SAVING;
+        let (met, saving) = target(&d, &b);
         if !met {
             missed.push(name.clone());
         }
@@ -101,6 +96,17 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
         bail!("the target is missed on: {}", missed.join(", "));
     }
     Ok(())
+}
+
+/// Whether the demand-aware run `d` meets the target against the baseline run `b`, and its
+/// idle saving (a share of the baseline's idle machine-minutes).
+fn target(d: &Run, b: &Run) -> (bool, f64) {
+    let saving = if b.idle > 0.0 {
+        1.0 - d.idle / b.idle
+    } else {
+        0.0
+    };
+    (d.p95 <= b.p95 && saving >= IDLE_SAVING, saving)
 }
 
 fn row(workload: &str, policy: &str, r: &Run, verdict: &str) -> String {

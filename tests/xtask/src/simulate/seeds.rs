@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::{IDLE_SAVING, Run, policy_for, run, stem};
+use super::{Run, policy_for, run, stem, target};
 
 pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Result<()> {
     let scratch = std::env::temp_dir().join(format!("xtask-seeds-{}", std::process::id()));
@@ -33,14 +33,8 @@ pub fn seeds(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Re
         )?;
         let (mut met, mut p95_diffs, mut savings) = (0, Vec::new(), Vec::new());
         for (d, b) in demand.iter().zip(&baseline) {
-            let saving = if b.idle > 0.0 {
-                1.0 - d.idle / b.idle
-            } else {
-                0.0
-            };
-            if d.p95 <= b.p95 && saving >= IDLE_SAVING {
-                met += 1;
-            }
+            let (target_met, saving) = target(d, b);
+            met += u64::from(target_met);
             p95_diffs.push(d.p95 - b.p95);
             savings.push(saving * 100.0);
         }
