@@ -334,7 +334,8 @@ impl Jobs {
 
     /// Applies `event` to job `id`, persisting the new phase (without waiting for the disk:
     /// losing a phase change in a crash only makes the job look younger, which the protocol
-    /// tolerates, see `core::job`). Only a hand-out fails when the store refuses the write.
+    /// tolerates, see `core::job`). Only a hand-out fails when the store refuses the write, and
+    /// the job is then given back ([`Self::give_back_unstored`]).
     pub fn apply(&self, id: JobId, event: JobEvent) -> Result<(JobPhase, JobPhase), JobsError> {
         let now = self.clock.now();
         let mut held = self.lock();
@@ -348,10 +349,14 @@ impl Jobs {
                 timeline::push(&mut record, step);
             }
             if let Err(e) = self.store.put_job(&record) {
-                // A hand-out must be on disk before the job leaves; any other phase change is
-                // kept in memory when the store refuses it (as if lost in a crash, see above),
-                // so that jobs with sidecars go on.
+                // A hand-out must be on disk before the job leaves: one the store refuses is
+                // given back to GitLab here, as any job that cannot be made durable (the
+                // caller has already taken it from the pool's queue). Any other phase change
+                // is kept in memory when the store refuses it (as if lost in a crash, see
+                // above), so that jobs with sidecars go on.
                 if matches!(event, JobEvent::HandedOut { .. }) {
+                    drop(held);
+                    self.give_back_unstored(id, &e);
                     return Err(e.into());
                 }
                 self.store_refused(&e);
