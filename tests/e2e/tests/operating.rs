@@ -38,10 +38,19 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
         ensure!(view.status == JobStatus::Success, "{view:?}");
     }
 
-    // The jobs ran on machines the pool made for them.
-    let running = wait_for(admin, WITHIN, "the jobs are counted as finished", |s| {
-        s.sum("autoscaler_jobs", &[POOL, ("phase", "finished")]) == 2.0
-    })
+    // The jobs ran on machines the pool made for them. A machine takes jobs as soon as it
+    // boots, and the pass that asked for both reports its decision once both creates returned,
+    // so the jobs may finish first: wait for both.
+    let created = [POOL, ("action", "create"), ("reason", "waiting_jobs")];
+    let running = wait_for(
+        admin,
+        WITHIN,
+        "the jobs are counted as finished and the creation that served them",
+        |s| {
+            s.sum("autoscaler_jobs", &[POOL, ("phase", "finished")]) == 2.0
+                && s.sum("autoscaler_scale_actions_total", &created) >= 1.0
+        },
+    )
     .await?;
     let at_least = |s: &Scrape, name: &str, labels: &[(&str, &str)], n: f64| {
         let v = s.sum(name, labels);
@@ -53,12 +62,7 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
         Ok(())
     };
     at_least(&running, "autoscaler_job_wait_seconds_count", &[POOL], 2.0)?;
-    at_least(
-        &running,
-        "autoscaler_scale_actions_total",
-        &[POOL, ("action", "create"), ("reason", "waiting_jobs")],
-        1.0,
-    )?;
+    at_least(&running, "autoscaler_scale_actions_total", &created, 1.0)?;
     at_least(
         &running,
         "autoscaler_provisioner_call_seconds_count",
