@@ -9,10 +9,9 @@ use bytes::Bytes;
 use crate::clock::Clock;
 use crate::core::demand::Arrival;
 use crate::core::job::{InvalidTransition, JobEvent, JobPhase, transition};
-use crate::core::payload::{self, PayloadError};
+use crate::core::payload::PayloadError;
 use crate::core::{JobId, Millis};
-use crate::secret::Secret;
-use crate::store::{DependencyGrant, JobRecord, Store, StoreError};
+use crate::store::{JobRecord, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobsError {
@@ -86,9 +85,6 @@ pub struct Jobs {
     waits: waits::WaitRing,
 }
 
-/// Arrivals kept for a pool whose controller does not take them (a static pool).
-const ARRIVALS_KEPT: usize = 10_000;
-
 impl Jobs {
     /// Loads the jobs the store holds (all phases, finished ones too until they are collected).
     pub fn load(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
@@ -141,126 +137,6 @@ impl Jobs {
         self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Records a job GitLab gave `pool`. Written, not yet flushed: whoever acts on the job
-    /// (hands it out, acknowledges it) first awaits [`Jobs::durable`], so that one flush covers
-    /// the acceptance and the hand-out.
-    pub fn accept(&self, pool: &str, payload: &[u8]) -> Result<Accepted, JobsError> {
-        let facts = payload::parse(payload)?;
-        if self.lock().contains_key(&facts.id) {
-            return Ok(Accepted::Again(facts.id));
-        }
-        let mut record = JobRecord {
-            id: facts.id,
-            pool: pool.to_string(),
-            token: Secret::new(facts.token),
-            dependencies: facts
-                .dependencies
-                .into_iter()
-                .filter_map(|(id, token)| {
-                    token.map(|t| DependencyGrant {
-                        id,
-                        token: Secret::new(t),
-                    })
-                })
-                .collect(),
-            project_id: facts.project_id,
-            class: None,
-            phase: JobPhase::Queued,
-            accepted_at: self.clock.now(),
-            acknowledged: false,
-            held: false,
-            artifact_refusal: None,
-            spooled: Vec::new(),
-            timeline: Vec::new(),
-        };
-        let taken = format!("GitLab handed it to pool {pool}");
-        let taken = timeline::step(record.accepted_at, "taken", Some(taken));
-        timeline::push(&mut record, taken);
-        let refused = match self.class_for(pool, payload) {
-            Ok(class) => {
-                record.class = class;
-                false
-            }
-            Err(why) => {
-                tracing::warn!(job.id = %record.id, pool, reason = %why, "the job cannot run here; it is failed at GitLab");
-                record.phase = JobPhase::Failing {
-                    reason: why,
-                    since: record.accepted_at,
-                };
-                true
-            }
-        };
-        let stored = self
-            .store
-            .put_payload(record.id, payload)
-            .and_then(|()| self.store.put_job(&record));
-        let unstored = stored.is_err();
-        if let Err(e) = stored {
-            // A job the store does not hold must not run: a crash would lose it. GitLab already
-            // counts it ours, so it is given back as a failure GitLab can retry: where GitLab
-            // waits for our acknowledgement it refuses the failure and, no keep-alive coming,
-            // fails it as runner_provisioning_timeout; else it records runner_system_failure.
-            self.store_refused(&e);
-            tracing::warn!(job.id = %record.id, pool, "job not stored: it is not run and goes back to GitLab as a failure");
-            record.phase = JobPhase::Failing {
-                reason: unstored_reason(&e),
-                since: record.accepted_at,
-            };
-        }
-        let id = record.id;
-        // A job failed before any runner saw it has an empty log at GitLab: the note saying why
-        // goes at its start.
-        let never_ran = matches!(record.phase, JobPhase::Failing { .. });
-        if !refused {
-            self.record_arrival(
-                pool,
-                Arrival {
-                    at: record.accepted_at,
-                    queue_size: facts.queue_size,
-                },
-            );
-        }
-        let kept = (!unstored).then(|| Bytes::copy_from_slice(payload));
-        self.lock().insert(
-            id,
-            Held {
-                record,
-                trace_length: never_ran.then_some(0),
-                payload: kept,
-                unconfirmed: false,
-            },
-        );
-        self.bump();
-        Ok(if unstored {
-            Accepted::Unstored(id)
-        } else if refused {
-            Accepted::Refused(id)
-        } else {
-            Accepted::New(id)
-        })
-    }
-
-    fn record_arrival(&self, pool: &str, arrival: Arrival) {
-        let mut arrivals = self
-            .arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let list = arrivals.entry(pool.to_string()).or_default();
-        if list.len() == ARRIVALS_KEPT {
-            list.pop_front();
-        }
-        list.push_back(arrival);
-    }
-
-    /// The jobs that came to `pool` since the last call (for its demand forecast).
-    pub fn take_arrivals(&self, pool: &str) -> VecDeque<Arrival> {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(pool)
-            .unwrap_or_default()
     }
 
     /// A job accepted a moment ago whose writes did not reach stable storage (`durable`
@@ -434,6 +310,7 @@ fn unstored_reason(error: &StoreError) -> String {
     format!("the autoscaler could not store the job ({error}), so it did not run it")
 }
 
+mod accept;
 mod access;
 mod class;
 mod load;

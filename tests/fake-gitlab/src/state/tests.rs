@@ -3,7 +3,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use super::queue::EnqueueError;
 use super::*;
+use crate::control::JobSpec;
 
 const RUNNER: &str = "glrt-test";
 

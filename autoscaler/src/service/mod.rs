@@ -11,7 +11,6 @@
 //! A second signal skips the wait; the store is still flushed.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -19,33 +18,25 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::{self, Admin};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, SidecarStart};
-use crate::core::job::JobEvent;
+use crate::config::Config;
 use crate::decisions::Decisions;
 use crate::delivery::Delivery;
-use crate::inject::{Injector, SidecarCa};
 use crate::intake::Intake;
 use crate::jobs::Jobs;
-use crate::launcher::{SidecarLauncher, SshLauncher, UserDataLauncher};
-use crate::machines::{
-    ControllerSettings, MachinesSettings, PoolController, PoolMachines, SourceSpec,
-};
 use crate::metrics::{self, Levels, MeteredUpstream, Metrics, Origin};
 use crate::mirror::{self, App, Limits};
 use crate::pools::Pool;
-use crate::provisioner::ScriptProvisioner;
 use crate::sidecars::Sidecars;
-use crate::ssh::ClientKey;
 use crate::store::{SledStore, Store, StoreError};
 use crate::systemd::{self, Step};
 use crate::tls::{CertFiles, CertStore};
-use crate::upstream::{HttpUpstream, Upstream, UpstreamError, VerifyOutcome};
+use crate::upstream::{HttpUpstream, Upstream, UpstreamError};
 
-/// How long a sidecar has to acknowledge a job it was handed before the autoscaler does.
-const ACK_GRACE_MS: u64 = 5_000;
-/// Finished jobs are kept this long so that late calls for them get a coherent answer.
-const FINISHED_RETENTION_MS: u64 = 10 * 60 * 1000;
-const MAINTENANCE_TICK: Duration = Duration::from_secs(1);
+mod startup;
+mod tasks;
+
+use startup::{announce, machine_controllers, verify_pool};
+use tasks::{drain, maintenance};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
@@ -354,256 +345,4 @@ pub async fn run_with(
         "stopped; state is on disk"
     );
     Ok(())
-}
-
-/// Sidecar binaries the mirrored API serves to machines that fetch their own, by SHA-256.
-type SidecarBinaries = std::collections::HashMap<String, std::path::PathBuf>;
-
-/// The machine controller of every pool with a provisioner, installed as its pool's slot gate.
-#[allow(clippy::too_many_arguments)] // start-up wiring: each argument is one shared service
-fn machine_controllers(
-    config: &Config,
-    public_url: &str,
-    pools: &[Arc<Pool>],
-    jobs: &Arc<Jobs>,
-    sidecars: &Arc<Sidecars>,
-    store: &Arc<dyn Store>,
-    clock: &Arc<dyn Clock>,
-    metrics: &Arc<Metrics>,
-) -> Result<(Vec<Arc<PoolController>>, SidecarBinaries), ServiceError> {
-    let scaled: Vec<&Arc<Pool>> = pools
-        .iter()
-        .filter(|p| p.config.provisioner.is_some())
-        .collect();
-    if scaled.is_empty() {
-        return Ok((Vec::new(), SidecarBinaries::new()));
-    }
-    let setup = |pool: &str, detail: String| ServiceError::PoolSetup {
-        pool: pool.to_string(),
-        detail,
-    };
-    let key = ClientKey::load_or_generate(config.ssh.key_file.as_deref(), &config.state.dir)
-        .map_err(|e| setup(scaled[0].name(), e.to_string()))?;
-    let mut controllers = Vec::new();
-    let mut binaries = SidecarBinaries::new();
-    for pool in scaled {
-        let (Some(p), Some(sidecar)) = (&pool.config.provisioner, &pool.config.sidecar) else {
-            continue;
-        };
-        let sources = pool
-            .config
-            .sources
-            .iter()
-            .map(|source| SourceSpec {
-                name: source.name.clone(),
-                provisioner: Arc::new(
-                    ScriptProvisioner::new(
-                        source.command.clone(),
-                        pool.name(),
-                        &config.server.instance_id,
-                        source.env.clone(),
-                        source.timeouts.clone(),
-                        source.max_concurrency,
-                    )
-                    .with_metrics(metrics.clone()),
-                ),
-                max_machines: source.max_machines,
-                create_rate: source.create_rate,
-                create_burst: source.create_burst,
-                user_data: source.user_data.clone(),
-                reclaim_cooldown: source.reclaim_cooldown,
-            })
-            .collect();
-        let settings = MachinesSettings {
-            pool: pool.name().to_string(),
-            autoscaler_id: config.server.instance_id.clone(),
-            ssh_public_key: key.public_openssh().to_string(),
-            boot_timeout: p.boot_timeout,
-            ready_timeout: sidecar.ready_timeout,
-            orphans: p.orphan_policy,
-        };
-        let machines = PoolMachines::load(settings, sources, store.clone(), clock.clone())?;
-        let injector = Injector::new(
-            key.clone(),
-            sidecar.clone(),
-            public_url.to_string(),
-            // The sidecar holds as many job requests as the largest class runs jobs; the slot
-            // gate keeps each machine to its own class's capacity.
-            pool.config
-                .classes
-                .as_ref()
-                .map_or(pool.config.scaling.capacity_per_machine, |c| {
-                    c.list
-                        .iter()
-                        .map(|class| class.capacity_per_machine)
-                        .max()
-                        .unwrap_or(1)
-                }),
-        )
-        .map_err(|e| setup(pool.name(), e.to_string()))?
-        .with_ca(config.server.tls.as_ref().map(|t| SidecarCa {
-            certificate: t.certificate.clone(),
-            ca_bundle: t.ca_bundle.clone(),
-            system_ca_files: t.system_ca_files.clone(),
-        }));
-        let launcher: Arc<dyn SidecarLauncher> = match sidecar.start {
-            SidecarStart::Ssh => Arc::new(SshLauncher::new(injector)),
-            SidecarStart::UserData => {
-                if let Some((path, sum)) = injector.binary() {
-                    binaries.insert(sum.to_string(), path.to_path_buf());
-                }
-                Arc::new(UserDataLauncher::new(
-                    injector,
-                    sidecars.clone(),
-                    pool.name(),
-                ))
-            }
-        };
-        let controller = PoolController::new(
-            machines,
-            launcher,
-            sidecars.clone(),
-            jobs.clone(),
-            pool.queue.clone(),
-            ControllerSettings {
-                policy: pool.policy_cell(),
-                classes: pool.config.classes.clone(),
-                reconcile_interval: p.reconcile_interval,
-                ready_timeout: sidecar.ready_timeout,
-                silence_timeout: sidecar.silence_timeout,
-            },
-        );
-        if let Some(classes) = &pool.config.classes {
-            jobs.set_classes(pool.name(), classes.clone());
-        }
-        controller.recover();
-        pool.queue.set_gate(controller.clone());
-        tracing::info!(pool = %pool.name(), provisioner = %p.command.display(), machines = controller.machines.live().len(), "pool scales with its provisioner");
-        controllers.push(controller);
-    }
-    Ok((controllers, binaries))
-}
-
-async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), ServiceError> {
-    match upstream
-        .verify(&pool.config.upstream_token, &pool.system_id)
-        .await
-    {
-        Ok(VerifyOutcome::Valid) => {
-            tracing::info!(pool = %pool.name(), system_id = %pool.system_id, "upstream token verified");
-            Ok(())
-        }
-        Ok(VerifyOutcome::Invalid) => Err(ServiceError::TokenRejected {
-            pool: pool.name().to_string(),
-        }),
-        // GitLab being down must not keep the autoscaler (and its running jobs) from starting.
-        Ok(VerifyOutcome::Unexpected { status }) => {
-            tracing::warn!(pool = %pool.name(), status, "could not verify the upstream token; carrying on");
-            Ok(())
-        }
-        Err(e) => {
-            tracing::warn!(pool = %pool.name(), error = %e, "could not verify the upstream token; carrying on");
-            Ok(())
-        }
-    }
-}
-
-/// The lines a supervising process or test reads to learn the bound addresses.
-#[allow(clippy::print_stdout)]
-fn announce(url: &str, admin: Option<std::net::SocketAddr>) {
-    use std::io::Write;
-    println!("listening on {url}");
-    if let Some(admin) = admin {
-        println!("admin listening on http://{admin}");
-    }
-    let _ = std::io::stdout().flush();
-    tracing::info!(%url, admin = ?admin, "mirrored runner API listening");
-}
-
-/// Waits until no job is with a sidecar, `grace` has passed, or `immediate` fires.
-async fn drain(jobs: &Jobs, grace: Duration, immediate: &CancellationToken) {
-    let deadline = crate::clock::monotonic() + grace;
-    let mut changes = jobs.subscribe();
-    loop {
-        let remaining = jobs.with_sidecars();
-        if remaining == 0 {
-            return;
-        }
-        tokio::select! {
-            _ = changes.changed() => {}
-            () = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(jobs = remaining, "shutdown grace period over; jobs still running stay with their sidecars");
-                return;
-            }
-            () = immediate.cancelled() => return,
-        }
-    }
-}
-
-/// Periodic upkeep: hand-outs never acknowledged go back to the queue, replay entries and
-/// finished jobs are collected.
-async fn maintenance(
-    pools: Vec<Arc<Pool>>,
-    jobs: Arc<Jobs>,
-    delivery: Arc<Delivery>,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(MAINTENANCE_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ticks: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = stop.cancelled() => return,
-        }
-        ticks += 1;
-        for pool in &pools {
-            let window = millis(pool.config.assign_ack_timeout);
-            for id in jobs.unacknowledged(pool.name(), window) {
-                pool.queue.requeue_unacknowledged(id);
-            }
-            pool.queue.prune_replays();
-            if pool.config.provisioner.is_some() {
-                let timeout = millis(pool.policy().scaling.acquire_timeout);
-                for id in jobs.waited_too_long(pool.name(), timeout) {
-                    give_up(&jobs, pool.name(), id, timeout);
-                }
-            }
-        }
-        delivery.deliver_owed(ACK_GRACE_MS).await;
-        if ticks.is_multiple_of(60) {
-            match jobs.collect_finished(FINISHED_RETENTION_MS) {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(jobs = n, "finished jobs collected"),
-                Err(e) => tracing::error!(error = %e, "could not collect finished jobs"),
-            }
-        }
-    }
-}
-
-/// A job no machine took within `acquire_timeout`. Held by GitLab for our acknowledgement, it
-/// is released by ceasing keep-alives: GitLab fails it as `runner_provisioning_timeout` and
-/// its retry rules give it to another runner. Else GitLab runs it already, and it is failed
-/// there with `runner_system_failure` (which CI `retry:` can rerun).
-fn give_up(jobs: &Jobs, pool: &str, id: crate::core::JobId, timeout: u64) {
-    let held = jobs.get(id).is_some_and(|r| r.held && !r.acknowledged);
-    let reason = format!(
-        "no machine took it within {} s (acquire_timeout)",
-        timeout / 1000
-    );
-    let result = if held {
-        tracing::warn!(job.id = %id, %pool, %reason,
-            "releasing the job to GitLab: no more keep-alives, so GitLab fails it as runner_provisioning_timeout and may retry it elsewhere");
-        jobs.apply(id, JobEvent::Ended)
-    } else {
-        tracing::warn!(job.id = %id, %pool, %reason, "giving up on a job");
-        jobs.apply(id, JobEvent::Abandon { reason })
-    };
-    if let Err(e) = result {
-        tracing::error!(job.id = %id, error = %e, "cannot give up on the job");
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

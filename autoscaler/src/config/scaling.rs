@@ -1,0 +1,228 @@
+//! `[pools.scaling]`: how many machines a pool keeps and when it asks GitLab for jobs, and the
+//! part of it (with `[[pools.policy]]`) that a reload may replace while the pool runs.
+
+use std::time::Duration;
+
+use super::pool::duration_or;
+use super::reader::Section;
+use super::values;
+use crate::core::scaler::{ScalePolicy, Strategy};
+use crate::core::schedule::PolicyEntry;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intake {
+    /// Ask GitLab for a job only while a sidecar waits for one (fast start, needs idle
+    /// capacity).
+    Preemptive,
+    /// Ask GitLab while the pool has room to run more jobs, and make machines for them.
+    OnDemand,
+    /// Preemptive for the sidecars that wait, plus at most `hybrid_ahead` jobs taken ahead of
+    /// any sidecar, for which machines are made: idle machines start jobs at once, and a burst
+    /// starts machines without letting the pool take more of GitLab's queue than it can start
+    /// soon (other runners may take the rest).
+    Hybrid,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScalingConfig {
+    pub max_machines: u32,
+    pub capacity_per_machine: u32,
+    /// Idle job slots to keep ready.
+    pub idle_count: u32,
+    /// How long a machine may stay idle before it is removed (unless needed for `idle_count`).
+    pub idle_time: Duration,
+    /// Jobs a machine runs before it is replaced; 0 is unlimited.
+    pub max_use_count: u32,
+    /// How old a machine may grow before it is drained and replaced; `None` is unlimited.
+    pub max_age: Option<Duration>,
+    /// Extra idle slots as a multiple of the slots in use (taskscaler's `scale_factor`).
+    pub scale_factor: f64,
+    /// Most idle slots `scale_factor` may ask for; 0 is no limit.
+    pub scale_factor_limit: u32,
+    pub intake: Intake,
+    /// `hybrid` intake: most jobs held waiting for a machine at once.
+    pub hybrid_ahead: u32,
+    /// How free capacity is decided: `demand` (ahead of demand; the default when no idle
+    /// policy is written) or `idle` (taskscaler's idle target and `idle_time`).
+    pub strategy: Strategy,
+    /// Machines are paid for by this period from their creation: an idle machine that is not
+    /// needed goes near the end of a paid period. `None`: by the second.
+    pub billing_period: Option<Duration>,
+    /// How long a job taken from GitLab may wait for a machine before it is failed.
+    pub acquire_timeout: Duration,
+    /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
+    /// next start, so that running jobs continue).
+    pub delete_on_shutdown: bool,
+}
+
+/// The part of a pool's configuration that a reload may replace while the pool runs: its
+/// `[pools.scaling]` settings and `[[pools.policy]]` entries, swapped as one value so that a
+/// reader never sees one half old and the other new.
+#[derive(Debug, Clone)]
+pub struct PoolPolicy {
+    pub scaling: ScalingConfig,
+    pub policies: Vec<PolicyEntry>,
+}
+
+/// A pool's policy in force, shared by everything that reads it (the planner, the slot gate,
+/// the intake, the metrics) and replaced whole by a configuration reload.
+pub type PolicyCell = arc_swap::ArcSwap<PoolPolicy>;
+
+impl PoolPolicy {
+    /// When the pool asks GitLab for jobs: a static pool only for waiting sidecars.
+    pub fn intake(&self, static_pool: bool) -> Intake {
+        if static_pool {
+            Intake::Preemptive
+        } else {
+            self.scaling.intake
+        }
+    }
+}
+
+impl ScalingConfig {
+    /// The settings the planner works with (before a `[[pools.policy]]` entry's idle settings).
+    pub fn scale_policy(&self) -> ScalePolicy {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ScalePolicy {
+            max_machines: self.max_machines,
+            capacity_per_machine: self.capacity_per_machine,
+            idle_count: self.idle_count,
+            idle_time: ms(self.idle_time),
+            max_use_count: self.max_use_count,
+            max_age: self.max_age.map_or(0, ms),
+            scale_factor: self.scale_factor,
+            scale_factor_limit: self.scale_factor_limit,
+            strategy: self.strategy,
+            billing_period: self.billing_period.map_or(0, ms),
+        }
+    }
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        Self {
+            max_machines: 10,
+            capacity_per_machine: 1,
+            idle_count: 0,
+            idle_time: Duration::from_secs(600),
+            max_use_count: 0,
+            max_age: None,
+            scale_factor: 0.0,
+            scale_factor_limit: 0,
+            intake: Intake::OnDemand,
+            hybrid_ahead: 4,
+            strategy: Strategy::Demand,
+            billing_period: None,
+            acquire_timeout: Duration::from_secs(900),
+            delete_on_shutdown: false,
+        }
+    }
+}
+
+/// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. The strategy is
+/// `idle` when the operator wrote an idle policy (`idle_count`, `scale_factor`, periods) and
+/// did not name one.
+pub(crate) fn read_scaling_and_policies(
+    s: &Section<'_>,
+) -> (ScalingConfig, Vec<Option<PolicyEntry>>) {
+    let (mut scaling, named) = s
+        .table("scaling")
+        .map(read_scaling)
+        .unwrap_or_else(|| (ScalingConfig::default(), false));
+    let policies = super::policy::read_policies(s.tables("policy"));
+    if !named && !policies.is_empty() {
+        scaling.strategy = Strategy::Idle;
+    }
+    (scaling, policies)
+}
+
+/// The pool's scaling settings, and whether `strategy` was written.
+fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
+    let d = ScalingConfig::default();
+    let max_machines: u32 = s.or("max_machines", d.max_machines);
+    if !(1..=100_000).contains(&max_machines) {
+        s.problem("max_machines", "must be between 1 and 100000");
+    }
+    let capacity_per_machine: u32 = s.or("capacity_per_machine", d.capacity_per_machine);
+    if !(1..=1000).contains(&capacity_per_machine) {
+        s.problem("capacity_per_machine", "must be between 1 and 1000");
+    }
+    let idle_count: u32 = s.or("idle_count", d.idle_count);
+    let intake = s.or(
+        "intake",
+        if idle_count > 0 {
+            Intake::Preemptive
+        } else {
+            Intake::OnDemand
+        },
+    );
+    if intake == Intake::Preemptive && idle_count == 0 {
+        s.problem(
+            "intake",
+            "preemptive intake needs idle_count > 0, or no job would ever be asked for",
+        );
+    }
+    let (scale_factor, scale_factor_limit) = super::policy::read_scale_factor(&s, idle_count);
+    let wrote_idle_policy = ["idle_count", "scale_factor", "scale_factor_limit"]
+        .iter()
+        .any(|k| s.has(k));
+    let named: Option<Strategy> = s.optional("strategy");
+    let default_strategy = if wrote_idle_policy {
+        Strategy::Idle
+    } else {
+        Strategy::Demand
+    };
+    let billing_period = s.parsed("billing_period", values::duration);
+    if billing_period.is_some_and(|p| p < Duration::from_secs(60)) {
+        s.problem(
+            "billing_period",
+            "must be at least 1m (per-second billing: leave it out)",
+        );
+    }
+    let scaling = ScalingConfig {
+        max_machines,
+        capacity_per_machine,
+        idle_count,
+        idle_time: duration_or(&s, "idle_time", d.idle_time),
+        max_use_count: s.or("max_use_count", d.max_use_count),
+        max_age: s.parsed("max_age", values::duration),
+        scale_factor,
+        scale_factor_limit,
+        intake,
+        hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
+        strategy: named.unwrap_or(default_strategy),
+        billing_period,
+        acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
+        delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
+    };
+    s.finish();
+    (scaling, named.is_some())
+}
+
+fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {
+    let ahead: u32 = s.or("hybrid_ahead", default);
+    if s.has("hybrid_ahead") && intake != Intake::Hybrid {
+        s.problem("hybrid_ahead", "only applies to intake = \"hybrid\"");
+    }
+    if intake == Intake::Hybrid && !(1..=10_000).contains(&ahead) {
+        s.problem("hybrid_ahead", "must be between 1 and 10000");
+    }
+    ahead
+}
+
+/// GitLab fails a running job 15 minutes after its own timeout, counted from when it became
+/// running (runner-protocol.md §4). Where GitLab runs a job from hand-out (no two-phase commit),
+/// the wait for a machine counts, so a longer wait could get a job that succeeds failed.
+const GITLAB_RUNNING_MARGIN: Duration = Duration::from_secs(15 * 60);
+
+fn read_acquire_timeout(s: &Section<'_>, default: Duration) -> Duration {
+    let timeout = duration_or(s, "acquire_timeout", default);
+    if timeout > GITLAB_RUNNING_MARGIN {
+        s.problem(
+            "acquire_timeout",
+            "must be at most 15m: GitLab fails a running job 15 minutes after its timeout, and where it runs jobs from hand-out the wait for a machine counts",
+        );
+    }
+    timeout
+}
