@@ -39,6 +39,18 @@ pub fn split(cores: usize) -> Option<Sets> {
     })
 }
 
+/// Sets for `--pin-check` on any machine: GitLab on the first CPU, the autoscaler on the last,
+/// the clients on all. They overlap below 3 CPUs, so the figures say nothing about the relay's
+/// own limit; what runs is the pinning itself.
+pub fn overlapping(cores: usize) -> Sets {
+    let last = cores.saturating_sub(1);
+    Sets {
+        gitlab: "0".into(),
+        autoscaler: last.to_string(),
+        clients: format!("0-{last}"),
+    }
+}
+
 /// Pins this process (all its threads) to `sets.clients` and processes started from now on to
 /// theirs; `None` lets everything share every core again.
 pub fn pin(sets: Option<&Sets>) -> Result<()> {
@@ -87,6 +99,15 @@ mod tests {
                 autoscaler: "4-7".into(),
                 clients: "8-15".into(),
             })
+        );
+        assert_eq!(
+            overlapping(2),
+            Sets {
+                gitlab: "0".into(),
+                autoscaler: "1".into(),
+                clients: "0-1".into(),
+            },
+            "--pin-check on two cores"
         );
     }
 }
