@@ -40,8 +40,9 @@ pub fn split(cores: usize) -> Option<Sets> {
 }
 
 /// Sets for `--pin-check` on any machine: GitLab on the first CPU, the autoscaler on the last,
-/// the clients on all. They overlap below 3 CPUs, so the figures say nothing about the relay's
-/// own limit; what runs is the pinning itself.
+/// the clients on all of them. The clients share CPUs with both (and on one CPU all three
+/// share it), so the figures say nothing about the relay's own limit; what runs is the pinning
+/// itself.
 pub fn overlapping(cores: usize) -> Sets {
     let last = cores.saturating_sub(1);
     Sets {
