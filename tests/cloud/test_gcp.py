@@ -215,6 +215,29 @@ def test_status_and_destroy_of_unknown_or_deleting_instances(gce, gcp, run_provi
     assert len(gce.requests) == before
 
 
+def test_a_404_about_the_zone_or_the_project_is_no_proof_that_the_instance_is_gone(gce, gcp, run_provisioner):
+    """With GCE_ZONE or GCE_PROJECT wrong, GCE's 404 is about the zone or the project; the client
+    library's message still starts with the request URL, which names the instance. `status` and
+    `destroy` must fail (78) rather than answer `gone` for an instance that runs and bills."""
+    gce.other_projects_exist = False
+    gce.add_instance(ZONE, {"name": "vm-1", "machineType": f"zones/{ZONE}/machineTypes/e2-medium",
+                            "labels": {"autoscaler-pool": "linux"}})
+    wrong = {"zone": settings(gce, GCE_ZONE="europe-west9-z"),
+             "project": settings(gce, GCE_PROJECT="no-such-project")}
+    for what, env in wrong.items():
+        for verb in ("status", "destroy"):
+            call = run_provisioner(gcp, verb, {"id": "vm-1"}, id="vm-1", env=env)
+            response = assert_one_line_error(call, 78, "404")
+            assert "gone" not in call.stdout, (what, verb, response)
+    assert (ZONE, "vm-1") in gce.instances
+    # The control: the same instance asked for in the right place is running, and a name that
+    # is not there is gone.
+    env = settings(gce)
+    assert run_provisioner(gcp, "status", {"id": "vm-1"}, id="vm-1", env=env).response["state"] in ("running", "creating")
+    assert run_provisioner(gcp, "status", {"id": "vm-2"}, id="vm-2", env=env).response == {"id": "vm-2", "state": "gone"}
+    assert run_provisioner(gcp, "destroy", {"id": "vm-2"}, id="vm-2", env=env).response == {"id": "vm-2", "state": "gone"}
+
+
 def each_case(cases: dict[str, Any], run: Any) -> None:
     """Runs run(name, case) for every case at once (each provisioner call spends most of its time
     importing the client library), then re-raises the first failure, naming its case."""

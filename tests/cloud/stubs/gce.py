@@ -68,6 +68,8 @@ class GceStub(Stub):
         self.staging_s = staging_s
         self.delete_s = delete_s
         self.require_token: str | None = None
+        # Whether a project other than `project` exists (and is not ours: 403), or not (404).
+        self.other_projects_exist = True
         self.instances: dict[tuple[str, str], dict[str, Any]] = {}
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}
         self._next_insert_failure: tuple[str, str, int] | None = None
@@ -228,6 +230,8 @@ class GceStub(Stub):
         if not m:
             return 404, api_error(404, f"The requested URL {request.path} was not found on this server.", "notFound"), {}
         project, zone, collection, name, wait = m.groups()
+        if project != self.project and not self.other_projects_exist:
+            return 404, api_error(404, f"The resource 'projects/{project}' was not found", "notFound"), {}
         if project != self.project:
             return 403, api_error(403, f"Permission denied on resource project {project}.", "forbidden",
                                   status="PERMISSION_DENIED"), {}
