@@ -440,6 +440,57 @@ def test_spot_with_fallback_goes_on_demand(call, aws_env, ec2, proxy, ssh_public
     assert "InsufficientInstanceCapacity" in spot_only.response["error"]
 
 
+SPOT_REFUSALS = [
+    ("InsufficientInstanceCapacity", 500, "We currently do not have sufficient t3.micro capacity in the Availability Zone you requested."),
+    ("InsufficientCapacity", 500, "There is no Spot capacity available that matches your request."),
+    ("InsufficientHostCapacity", 500, "Insufficient capacity."),
+    ("InsufficientReservedInstanceCapacity", 500, "Insufficient capacity."),
+    ("InsufficientCapacityOnHost", 500, "Insufficient capacity on the host."),
+    ("SpotMaxPriceTooLow", 400, "Your Spot request price of 0.001 is lower than the minimum required Spot request fulfillment price of 0.0035."),
+    ("MaxSpotInstanceCountExceeded", 400, "Max spot instance count exceeded"),
+    ("Unsupported", 400, "The requested configuration is currently not supported. Please check the documentation for supported configurations."),
+    ("UnsupportedOperation", 400, "Spot Instances are not supported with dedicated tenancy."),
+]
+
+
+@pytest.mark.parametrize("code,status,message", SPOT_REFUSALS, ids=[r[0] for r in SPOT_REFUSALS])
+def test_every_no_spot_here_refusal_falls_back_to_on_demand(call, aws_env, ec2, proxy, ssh_public_key, code, status, message):
+    proxy.fail("RunInstances", code, message, status=status,
+               when=lambda p: p.get("InstanceMarketOptions.MarketType") == "spot")
+    created = call("create", create_request(owner(), f"m-{code}", ssh_public_key), env=aws_env(proxy.url, AWS_SPOT="spot-with-fallback"))
+    assert created.code == 0, created.stderr
+    assert "falling back to on-demand" in created.stderr and code in created.stderr
+    # botocore retries 5xx answers itself: one or more spot attempts, then one on-demand.
+    markets = [r.get("InstanceMarketOptions.MarketType") for r in proxy.actions("RunInstances")]
+    assert markets[0] == "spot" and markets[-1] is None and markets.count(None) == 1, markets
+    assert instance_of(ec2, created.response["machines"][0]["id"]).get("InstanceLifecycle") != "spot"
+
+
+@pytest.mark.parametrize("code,status,exit_code", [
+    ("InsufficientFreeAddressesInSubnet", 500, 75),
+    ("InvalidParameterValue", 400, 78),
+    ("UnauthorizedOperation", 403, 78),
+    ("RequestLimitExceeded", 503, 75),
+])
+def test_refusals_on_demand_would_share_do_not_fall_back(call, aws_env, proxy, ssh_public_key, code, status, exit_code):
+    proxy.fail("RunInstances", code, "refused", status=status,
+               when=lambda p: p.get("InstanceMarketOptions.MarketType") == "spot")
+    created = call("create", create_request(owner(), f"m-{code}", ssh_public_key), env=aws_env(proxy.url, AWS_SPOT="spot-with-fallback"))
+    assert created.code == exit_code, created.stderr
+    assert code in created.response["error"]
+    assert "falling back" not in created.stderr
+    assert all(r.get("InstanceMarketOptions.MarketType") == "spot" for r in proxy.actions("RunInstances"))
+
+
+def test_an_on_demand_refusal_after_the_fallback_is_the_answer(call, aws_env, proxy, ssh_public_key):
+    proxy.fail("RunInstances", "Unsupported", "The requested configuration is currently not supported.", status=400)
+    created = call("create", create_request(owner(), "m-nowhere", ssh_public_key), env=aws_env(proxy.url, AWS_SPOT="spot-with-fallback"))
+    assert created.code == 78, created.stderr
+    assert "falling back to on-demand" in created.stderr and "Unsupported" in created.response["error"]
+    markets = [r.get("InstanceMarketOptions.MarketType") for r in proxy.actions("RunInstances")]
+    assert markets == ["spot", None], markets
+
+
 # --- errors ------------------------------------------------------------------------------------------
 
 
