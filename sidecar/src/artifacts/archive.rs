@@ -242,7 +242,12 @@ pub fn write_gzip<W: Write>(
 /// Extract a zip archive into `dest` (entries outside `dest` are refused by the zip
 /// crate). Returns the number of entries.
 pub fn extract_zip(archive: &Path, dest: &Path) -> Result<usize, ArtifactError> {
-    let file = fs::File::open(archive)?;
+    extract_zip_from(fs::File::open(archive)?, dest)
+}
+
+/// [`extract_zip`] from an archive already open: the caller may have opened it with rights the
+/// extraction (run with a job user's filesystem identity) does not have.
+pub fn extract_zip_from(file: fs::File, dest: &Path) -> Result<usize, ArtifactError> {
     let mut zip = zip::ZipArchive::new(file).map_err(zip_err)?;
     let count = zip.len();
     zip.extract(dest).map_err(zip_err)?;

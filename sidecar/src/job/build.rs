@@ -167,6 +167,20 @@ impl<'a> Build<'a> {
             .iter()
             .map(|v| (v.key.clone(), v.value.clone(), v.raw))
             .collect();
+        if self.ctx.settings.job_user.is_some() {
+            // The sidecar's own TMPDIR may be private to it (the local provisioner's sandbox,
+            // or a VM whose /tmp is not world-writable): a job user gets the job's temporary
+            // directory, which it owns and which goes with the job. First, so that a TMPDIR
+            // the job sets itself wins.
+            vars.insert(
+                0,
+                (
+                    "TMPDIR".to_owned(),
+                    self.tmp_dir.to_string_lossy().into_owned(),
+                    true,
+                ),
+            );
+        }
         let builtin = [
             (
                 "CI_BUILDS_DIR",

@@ -135,8 +135,10 @@ impl Build<'_> {
             ));
             let work = async {
                 let job_user = self.ctx.settings.job_user.clone();
-                // With a job user the download is the sidecar's own file until it is handed
-                // to the job, and is unpacked with the job's rights only: an entry written
+                // With a job user the download is the sidecar's own file, in the sidecar's own
+                // temporary directory (which the job user may not be able to enter: a private
+                // `TMPDIR`, or a VM whose /tmp is not world-writable). The sidecar opens it and
+                // unpacks it from that open file with the job's rights only: an entry written
                 // through a link the job planted lands where the job itself could write.
                 let tmp = match &job_user {
                     Some(_) => tempfile::NamedTempFile::new()?,
@@ -149,14 +151,12 @@ impl Build<'_> {
                     if !artifacts::is_zip(&path)? {
                         return Err(artifacts::ArtifactError::NotZip);
                     }
+                    let file = std::fs::File::open(&path)?;
                     match &job_user {
                         Some(user) => {
-                            user.hand_over(&path).map_err(|e| {
-                                artifacts::ArtifactError::Io(std::io::Error::other(e))
-                            })?;
-                            user.with_fs_identity(|| archive::extract_zip(&path, &dest))
+                            user.with_fs_identity(|| archive::extract_zip_from(file, &dest))
                         }
-                        None => archive::extract_zip(&path, &dest),
+                        None => archive::extract_zip_from(file, &dest),
                     }
                 })
                 .await

@@ -7,6 +7,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "demo/design.rs"]
+mod design;
+
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -148,6 +151,7 @@ async fn main() -> Result<()> {
         rows.push((job, view, trace));
     }
     print_jobs(&rows);
+    let deviations = report_design(&rows);
 
     println!("\nWaiting for idle machines to go ({IDLE_TIME_S} s of idleness)...\n");
     let machines = autoscaler
@@ -191,7 +195,35 @@ async fn main() -> Result<()> {
         "Autoscaler stopped (SIGTERM): {status}. Demo took {:.0} s.",
         started.elapsed().as_secs_f64()
     );
+    if deviations > 0 {
+        anyhow::bail!(
+            "{deviations} of {} jobs did not end as designed",
+            rows.len()
+        );
+    }
+    if left > 0 {
+        anyhow::bail!("{left} machines were left at the provider");
+    }
     Ok(())
+}
+
+/// Prints, per job, whether it ended as designed (and why not); returns how many did not.
+fn report_design(rows: &[(&DemoJob, JobView, Vec<u8>)]) -> usize {
+    let mut deviations = 0;
+    println!();
+    for (job, view, trace) in rows {
+        match design::deviation(job.what, view, &String::from_utf8_lossy(trace)) {
+            None => {}
+            Some(why) => {
+                deviations += 1;
+                println!("NOT AS DESIGNED: job {} ({}): {why}", view.id, job.what);
+            }
+        }
+    }
+    if deviations == 0 {
+        println!("Every job ended as designed.");
+    }
+    deviations
 }
 
 fn print_jobs(rows: &[(&DemoJob, JobView, Vec<u8>)]) {
