@@ -126,6 +126,9 @@ impl Cli {
                             .collect::<Vec<_>>()
                             .join(", ")
                     ));
+                    for pool in &c.pools {
+                        report(&format!("  {}", strategy_line(pool)));
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(code) => code,
@@ -213,6 +216,38 @@ fn print_report(text: &str) {
 #[allow(clippy::print_stderr)]
 fn report(message: &str) {
     eprintln!("{message}");
+}
+
+/// What decides a pool's machines, and why: `check-config` says it, so that no setting changes
+/// the strategy unseen.
+fn strategy_line(pool: &crate::config::PoolConfig) -> String {
+    if pool.sources.is_empty() {
+        return format!(
+            "pool {:?}: static (its sidecars register themselves)",
+            pool.name
+        );
+    }
+    let scaling = &pool.scaling;
+    let strategy = match scaling.strategy {
+        crate::core::scaler::Strategy::Demand => "demand",
+        crate::core::scaler::Strategy::Idle => "idle",
+    };
+    let mut line = format!(
+        "pool {:?}: strategy {strategy} ({})",
+        pool.name, scaling.strategy_chosen_by
+    );
+    let entries = pool.policies.len();
+    if entries > 0 {
+        let role = match scaling.strategy {
+            crate::core::scaler::Strategy::Demand => "floors under the forecast",
+            crate::core::scaler::Strategy::Idle => "the idle target in their periods",
+        };
+        line.push_str(&format!(
+            "; {entries} [[pools.policy]] entr{}: {role}",
+            if entries == 1 { "y" } else { "ies" }
+        ));
+    }
+    line
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {

@@ -44,8 +44,11 @@ pub struct ScalingConfig {
     /// `hybrid` intake: most jobs held waiting for a machine at once.
     pub hybrid_ahead: u32,
     /// How free capacity is decided: `demand` (ahead of demand; the default when no idle
-    /// policy is written) or `idle` (taskscaler's idle target and `idle_time`).
+    /// setting is written in `[pools.scaling]`) or `idle` (taskscaler's idle target and
+    /// `idle_time`). `[[pools.policy]]` entries never choose it: under `demand` they are floors.
     pub strategy: Strategy,
+    /// Why the pool runs `strategy`, in the operator's words (`check-config` prints it).
+    pub strategy_chosen_by: &'static str,
     /// Machines are paid for by this period from their creation: an idle machine that is not
     /// needed goes near the end of a paid period. `None`: by the second.
     pub billing_period: Option<Duration>,
@@ -113,6 +116,7 @@ impl Default for ScalingConfig {
             intake: Intake::OnDemand,
             hybrid_ahead: 4,
             strategy: Strategy::Demand,
+            strategy_chosen_by: STRATEGY_BY_DEFAULT,
             billing_period: None,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
@@ -120,25 +124,21 @@ impl Default for ScalingConfig {
     }
 }
 
-/// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. The strategy is
-/// `idle` when the operator wrote an idle policy (`idle_count`, `scale_factor`, periods) and
-/// did not name one.
+const STRATEGY_BY_DEFAULT: &str = "the default";
+
+/// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. Policy entries
+/// do not change the strategy: adding a schedule of floors to a demand-aware pool must not
+/// silently swap its whole scaling rule for taskscaler's (write `strategy = "idle"` for that).
 pub(crate) fn read_scaling_and_policies(
     s: &Section<'_>,
 ) -> (ScalingConfig, Vec<Option<PolicyEntry>>) {
-    let (mut scaling, named) = s
-        .table("scaling")
-        .map(read_scaling)
-        .unwrap_or_else(|| (ScalingConfig::default(), false));
+    let scaling = s.table("scaling").map(read_scaling).unwrap_or_default();
     let policies = super::policy::read_policies(s.tables("policy"));
-    if !named && !policies.is_empty() {
-        scaling.strategy = Strategy::Idle;
-    }
     (scaling, policies)
 }
 
-/// The pool's scaling settings, and whether `strategy` was written.
-fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
+/// The pool's scaling settings.
+fn read_scaling(s: Section<'_>) -> ScalingConfig {
     let d = ScalingConfig::default();
     let max_machines: u32 = s.or("max_machines", d.max_machines);
     if !(1..=100_000).contains(&max_machines) {
@@ -168,10 +168,13 @@ fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
         .iter()
         .any(|k| s.has(k));
     let named: Option<Strategy> = s.optional("strategy");
-    let default_strategy = if wrote_idle_policy {
-        Strategy::Idle
-    } else {
-        Strategy::Demand
+    let (strategy, strategy_chosen_by) = match named {
+        Some(strategy) => (strategy, "written"),
+        None if wrote_idle_policy => (
+            Strategy::Idle,
+            "idle_count, scale_factor or scale_factor_limit written in [pools.scaling] without a strategy",
+        ),
+        None => (Strategy::Demand, STRATEGY_BY_DEFAULT),
     };
     let billing_period = s.parsed("billing_period", values::duration);
     if billing_period.is_some_and(|p| p < Duration::from_secs(60)) {
@@ -191,13 +194,14 @@ fn read_scaling(s: Section<'_>) -> (ScalingConfig, bool) {
         scale_factor_limit,
         intake,
         hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
-        strategy: named.unwrap_or(default_strategy),
+        strategy,
+        strategy_chosen_by,
         billing_period,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
     };
     s.finish();
-    (scaling, named.is_some())
+    scaling
 }
 
 fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {

@@ -239,6 +239,35 @@ scale_factor_limit = 10
     assert_eq!(entry.scale_factor_limit, 10);
 }
 
+/// A `[[pools.policy]]` entry on a pool that named no strategy keeps the default demand-aware
+/// strategy (the entry is a floor under it); only a written strategy, or idle settings in
+/// `[pools.scaling]` itself, make it `idle`.
+#[test]
+fn a_policy_entry_never_changes_the_strategy() {
+    use crate::core::scaler::Strategy;
+    let dir = tempfile::tempdir().unwrap();
+    let strategy_of = |extra: &str| {
+        let c = Config::load(&write(&dir, &pool_with_policies(extra)), no_env()).unwrap();
+        (
+            c.pools[0].scaling.strategy,
+            c.pools[0].scaling.strategy_chosen_by,
+        )
+    };
+    let entry = "[[pools.policy]]\nperiods = [\"* 7-19 * * mon-fri\"]\nidle_count = 3\n";
+    assert_eq!(strategy_of(entry), (Strategy::Demand, "the default"));
+    assert_eq!(
+        strategy_of(&format!("[pools.scaling]\nmax_machines = 4\n{entry}")),
+        (Strategy::Demand, "the default")
+    );
+    assert_eq!(
+        strategy_of(&format!("[pools.scaling]\nstrategy = \"idle\"\n{entry}")),
+        (Strategy::Idle, "written")
+    );
+    let (strategy, why) = strategy_of("[pools.scaling]\nidle_count = 2\n");
+    assert_eq!(strategy, Strategy::Idle);
+    assert!(why.contains("idle_count"), "{why}");
+}
+
 #[test]
 fn bad_policies_are_reported_with_their_key_paths() {
     let dir = tempfile::tempdir().unwrap();

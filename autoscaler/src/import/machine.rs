@@ -18,6 +18,8 @@ pub(super) fn convert(
         Value::Table(provisioner(machine, options, report)),
     );
     let mut scaling = Table::new();
+    // docker+machine's rule (idle machines counted, kept for IdleTime), said outright.
+    scaling.insert("strategy".into(), "idle".into());
     match entry.int("limit").filter(|n| *n > 0) {
         Some(n) => {
             scaling.insert("max_machines".into(), Value::Integer(n));

@@ -224,6 +224,9 @@ fn connector(
 
 fn scaling(autoscaler: &Source<'_>, entry: &Source<'_>, report: &mut Report) -> Table {
     let mut scaling = Table::new();
+    // Taskscaler's rule, said outright: without it the pool would run the demand-aware
+    // strategy with the imported policies as floors.
+    scaling.insert("strategy".into(), "idle".into());
     match autoscaler.int("max_instances").filter(|n| *n > 0) {
         Some(n) => {
             scaling.insert("max_machines".into(), Value::Integer(n));
