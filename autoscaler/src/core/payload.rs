@@ -13,6 +13,9 @@ pub struct JobFacts {
     /// `job_info.queue_size`: the jobs GitLab's queue query found for the runner, this one
     /// included (newer GitLab only; runner-protocol.md).
     pub queue_size: Option<u32>,
+    /// `job_info.time_in_queue_seconds`: how long the job was pending at GitLab before it was
+    /// handed to the runner, in milliseconds (GitLab sends whole seconds).
+    pub queued_at_gitlab_ms: Option<u64>,
     /// `(job id, token)` of every predecessor whose artifacts this job may download.
     pub dependencies: Vec<(JobId, Option<String>)>,
 }
@@ -33,6 +36,8 @@ struct JobInfo {
     project_id: Option<u64>,
     #[serde(default)]
     queue_size: Option<u64>,
+    #[serde(default)]
+    time_in_queue_seconds: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -46,6 +51,11 @@ struct Dependency {
 #[error("the job payload lacks what every job has (id and token): {0}")]
 pub struct PayloadError(String);
 
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // finite, non-negative, and any real wait fits
+fn seconds_to_ms(seconds: f64) -> u64 {
+    (seconds * 1000.0).round() as u64
+}
+
 pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
     let p: Payload = serde_json::from_slice(payload).map_err(|e| PayloadError(e.to_string()))?;
     if p.token.is_empty() {
@@ -55,6 +65,12 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
         id: JobId(p.id),
         token: p.token,
         project_id: p.job_info.as_ref().and_then(|i| i.project_id),
+        queued_at_gitlab_ms: p
+            .job_info
+            .as_ref()
+            .and_then(|i| i.time_in_queue_seconds)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(seconds_to_ms),
         queue_size: p
             .job_info
             .and_then(|i| i.queue_size)
@@ -90,6 +106,17 @@ mod tests {
             facts.dependencies,
             vec![(JobId(11), Some("glcbt-x".to_string()))]
         );
+    }
+
+    #[test]
+    fn gitlabs_time_in_queue_is_read_in_milliseconds() {
+        let facts = parse(br#"{"id": 1, "token": "t", "job_info": {"time_in_queue_seconds": 12}}"#);
+        assert_eq!(facts.unwrap().queued_at_gitlab_ms, Some(12_000));
+        let absent = parse(br#"{"id": 1, "token": "t", "job_info": {}}"#).unwrap();
+        assert_eq!(absent.queued_at_gitlab_ms, None, "older GitLab sends none");
+        let negative =
+            parse(br#"{"id": 1, "token": "t", "job_info": {"time_in_queue_seconds": -3}}"#);
+        assert_eq!(negative.unwrap().queued_at_gitlab_ms, None);
     }
 
     #[test]

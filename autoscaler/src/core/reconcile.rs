@@ -166,11 +166,18 @@ fn decide(
             ),
         );
     };
+    // Gone without a destroy from us: the provider lost it (or someone deleted it) behind the
+    // autoscaler's back, which the record and the failure metric must say.
+    let vanished = if k.state == MachineState::Destroying {
+        ""
+    } else {
+        "vanished at the provider: "
+    };
     match listed.iter().find(|l| l.provider_id == provider_id) {
         None if age >= policy.list_grace => {
             return event(
                 MachineEvent::ProviderGone,
-                "the provider no longer lists it".into(),
+                format!("{vanished}the provider no longer lists it"),
             );
         }
         None => {}
@@ -178,7 +185,7 @@ fn decide(
             ProviderState::Gone => {
                 return event(
                     MachineEvent::ProviderGone,
-                    "the provider reports it gone".into(),
+                    format!("{vanished}the provider reports it gone"),
                 );
             }
             ProviderState::Failed

@@ -43,6 +43,7 @@ impl Jobs {
             class: None,
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
+            queued_at_gitlab_ms: facts.queued_at_gitlab_ms,
             acknowledged: false,
             held: false,
             artifact_refusal: None,

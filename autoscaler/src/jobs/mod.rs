@@ -243,9 +243,10 @@ impl Jobs {
             }
             if matches!(after, JobPhase::Running { .. }) {
                 let waited = now.saturating_sub(record.accepted_at);
-                self.waits.record(&record.pool, id, now, waited);
+                self.waits
+                    .record(&record.pool, id, now, record.queued_at_gitlab_ms, waited);
                 if let Some(metrics) = &self.metrics {
-                    metrics.job_waited(&record.pool, waited);
+                    metrics.job_waited(&record.pool, record.queued_at_gitlab_ms, waited);
                 }
             }
             job.record = record;

@@ -17,14 +17,20 @@ const KEPT_FOR: Millis = 60 * 60 * 1000;
 /// a few megabytes.
 const KEPT_AT_MOST: usize = 20_000;
 
-/// One job's wait, from GitLab handing it over to its start on a machine.
+/// One job's wait, from its pending at GitLab to its start on a machine, and its two parts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Wait {
     pub pool: String,
     pub job: u64,
     /// When the job started (ms since the epoch).
     pub started_at: Millis,
+    /// The whole wait a user sees: `waited_in_gitlab_ms` (when GitLab said) plus
+    /// `waited_here_ms`.
     pub waited_ms: u64,
+    /// Pending at GitLab before it was handed to the autoscaler (`time_in_queue_seconds`).
+    pub waited_in_gitlab_ms: Option<u64>,
+    /// From GitLab's hand-over to the autoscaler to the sidecar's first call for it.
+    pub waited_here_ms: u64,
 }
 
 /// The waits of the last hour, with the hour's bounds (ms since the epoch): a chart's axis.
@@ -49,7 +55,14 @@ impl WaitRing {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(super) fn record(&self, pool: &str, job: JobId, started_at: Millis, waited_ms: u64) {
+    pub(super) fn record(
+        &self,
+        pool: &str,
+        job: JobId,
+        started_at: Millis,
+        in_gitlab_ms: Option<u64>,
+        here_ms: u64,
+    ) {
         let mut waits = self.lock();
         while waits.len() >= KEPT_AT_MOST {
             waits.pop_front();
@@ -58,7 +71,9 @@ impl WaitRing {
             pool: pool.to_string(),
             job: job.0,
             started_at,
-            waited_ms,
+            waited_ms: here_ms.saturating_add(in_gitlab_ms.unwrap_or(0)),
+            waited_in_gitlab_ms: in_gitlab_ms,
+            waited_here_ms: here_ms,
         });
         drop_older(&mut waits, started_at.saturating_sub(KEPT_FOR));
     }
@@ -101,9 +116,9 @@ mod tests {
     #[test]
     fn waits_older_than_an_hour_are_dropped_and_pools_filtered() {
         let ring = WaitRing::default();
-        ring.record("linux", JobId(1), 1_000, 500);
-        ring.record("arm", JobId(2), 2_000, 700);
-        ring.record("linux", JobId(3), KEPT_FOR + 1_500, 900);
+        ring.record("linux", JobId(1), 1_000, None, 500);
+        ring.record("arm", JobId(2), 2_000, None, 700);
+        ring.record("linux", JobId(3), KEPT_FOR + 1_500, Some(10_000), 900);
         // Job 1 started more than an hour before job 3: gone once job 3 is recorded.
         let all = ring.since(0, None);
         assert_eq!(
@@ -113,7 +128,15 @@ mod tests {
         );
         let linux = ring.since(0, Some("linux"));
         assert_eq!(linux.len(), 1);
-        assert_eq!(linux[0].waited_ms, 900);
+        assert_eq!(
+            (
+                linux[0].waited_ms,
+                linux[0].waited_in_gitlab_ms,
+                linux[0].waited_here_ms
+            ),
+            (10_900, Some(10_000), 900),
+            "the whole wait is GitLab's part and ours"
+        );
         assert!(ring.since(KEPT_FOR + 2_000, None).is_empty());
     }
 
@@ -121,7 +144,7 @@ mod tests {
     fn a_busy_hour_keeps_only_the_newest_waits() {
         let ring = WaitRing::default();
         for n in 0..(KEPT_AT_MOST as u64 + 10) {
-            ring.record("linux", JobId(n), 10_000 + n, 1);
+            ring.record("linux", JobId(n), 10_000 + n, None, 1);
         }
         let kept = ring.since(0, None);
         assert_eq!(kept.len(), KEPT_AT_MOST);

@@ -302,7 +302,7 @@ impl PoolMachines {
                 .apply(
                     id,
                     MachineEvent::ProviderGone,
-                    "the provider reports it gone",
+                    "vanished at the provider: the provider reports it gone",
                 )
                 .map(|_| ()),
             ProviderState::Failed => self

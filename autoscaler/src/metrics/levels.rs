@@ -36,6 +36,21 @@ struct SlotLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolOnly {
+    pool: String,
+}
+
+/// Whether the sidecar `sidecar` holds a job (handed out or running).
+fn has_jobs(
+    load: &HashMap<crate::core::SidecarId, SidecarLoad>,
+    sidecar: Option<crate::core::SidecarId>,
+) -> bool {
+    sidecar
+        .and_then(|s| load.get(&s))
+        .is_some_and(|l| l.assigned + l.running > 0)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct JobLabels {
     pool: String,
     phase: String,
@@ -50,8 +65,12 @@ pub struct Levels {
 }
 
 impl Levels {
+    /// Machines by state, except that a draining machine still running jobs counts as `busy`:
+    /// with `max_use_count = 1` every machine drains from its first job on, and a utilisation
+    /// panel must see it busy. That it retires is [`Levels::retiring`].
     fn machines(&self) -> Family<MachineLabels, Gauge> {
         let family = Family::<MachineLabels, Gauge>::default();
+        let load = self.jobs.load_by_sidecar();
         for (pool, machines) in &self.machines {
             let labels = |state: MachineState| MachineLabels {
                 pool: pool.clone(),
@@ -64,8 +83,29 @@ impl Levels {
                 let _ = family.get_or_create(&labels(state));
             }
             for m in machines.snapshot().iter().filter(|m| !m.state.is_gone()) {
-                family.get_or_create(&labels(m.state)).inc();
+                let shown = if m.state == MachineState::Draining && has_jobs(&load, m.sidecar) {
+                    MachineState::Busy
+                } else {
+                    m.state
+                };
+                family.get_or_create(&labels(shown)).inc();
             }
+        }
+        family
+    }
+
+    /// Machines being retired (draining: no new job, destroyed once idle), busy or not.
+    fn retiring(&self) -> Family<PoolOnly, Gauge> {
+        let family = Family::<PoolOnly, Gauge>::default();
+        for (pool, machines) in &self.machines {
+            let n = machines
+                .snapshot()
+                .iter()
+                .filter(|m| m.state == MachineState::Draining)
+                .count();
+            family
+                .get_or_create(&PoolOnly { pool: pool.clone() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         family
     }
@@ -82,11 +122,17 @@ impl Levels {
             let policy = pool.policy();
             let scaling = &policy.scaling;
             let (mut idle, mut reserved, mut busy) = (0_i64, 0_i64, 0_i64);
-            for m in machines.snapshot().iter().filter(|m| m.state.takes_jobs()) {
+            for m in machines.snapshot().iter() {
                 let l = m
                     .sidecar
                     .and_then(|s| load.get(&s).copied())
                     .unwrap_or(SidecarLoad::default());
+                // A draining machine's jobs still occupy their slots; it offers no free one.
+                reserved += i64::from(l.assigned);
+                busy += i64::from(l.running);
+                if !m.state.takes_jobs() {
+                    continue;
+                }
                 let mut free = scaling
                     .capacity_per_machine
                     .saturating_sub(l.assigned + l.running);
@@ -94,8 +140,6 @@ impl Levels {
                     free = free.min(scaling.max_use_count.saturating_sub(m.use_count));
                 }
                 idle += i64::from(free);
-                reserved += i64::from(l.assigned);
-                busy += i64::from(l.running);
             }
             for (state, n) in [("idle", idle), ("reserved", reserved), ("busy", busy)] {
                 family
@@ -148,6 +192,12 @@ impl Collector for Levels {
             "autoscaler_machines",
             "Machines by pool, source, class and state (gone ones not counted)",
             &self.machines(),
+        )?;
+        emit(
+            &mut encoder,
+            "autoscaler_machines_retiring",
+            "Machines being retired (draining: no new job, destroyed once idle), busy or not",
+            &self.retiring(),
         )?;
         emit(
             &mut encoder,

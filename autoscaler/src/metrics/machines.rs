@@ -114,12 +114,22 @@ fn observe(metrics: &Metrics, pool: &str, m: &MachineRecord, seen: &mut Seen) {
     }
     if !seen.failed && first(MachineState::Failed).is_some() {
         seen.failed = true;
-        metrics.machine_failures.get_or_create(&label).inc();
+        metrics.machine_failure(pool, "failed", 1);
     }
     if !seen.gone
         && let Some(gone) = first(MachineState::Gone)
     {
         seen.gone = true;
+        // Gone without a destroy from the autoscaler, and not already counted as failed: the
+        // provider lost it behind our back.
+        if first(MachineState::Destroying).is_none() && first(MachineState::Failed).is_none() {
+            let reason = if first(MachineState::Booting).is_some() {
+                "vanished"
+            } else {
+                "create_lost"
+            };
+            metrics.machine_failure(pool, reason, 1);
+        }
         metrics
             .machine_lifetime
             .get_or_create(&label)

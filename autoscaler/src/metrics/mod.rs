@@ -42,6 +42,45 @@ pub struct PoolLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub pool: String,
+    /// One of [`FAILURE_REASONS`].
+    pub reason: String,
+}
+
+/// Why a machine counts as failed: `failed` (it entered the failed state: unreachable, wrong
+/// host key, injection failed, sidecar lost, the provider says failed), `vanished` (it ran, and
+/// the provider reports it gone or lists it no more without a destroy from the autoscaler), or
+/// `create_lost` (a create produced no machine).
+pub const FAILURE_REASONS: [&str; 3] = ["failed", "vanished", "create_lost"];
+
+/// The scale actions and the reasons each is taken for: every pair exists from start-up.
+const SCALE_ACTIONS: [(&str, &[&str]); 4] = [
+    (
+        "create",
+        &[
+            "waiting_jobs",
+            "idle_target",
+            "demand_forecast",
+            "gitlab_queue",
+        ],
+    ),
+    ("blocked", &["provisioner_paused"]),
+    ("drain", &["max_use", "max_age"]),
+    (
+        "destroy",
+        &[
+            "idle_timeout",
+            "max_use",
+            "max_age",
+            "drained",
+            "demand_fell",
+            "billing_period_end",
+        ],
+    ),
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleLabels {
     pub pool: String,
     /// `create`, `drain`, `destroy`, or `blocked` (machines wanted, provisioner paused).
@@ -98,13 +137,19 @@ pub struct Metrics {
     pub machine_deletion: Timings<PoolLabel>,
     /// From the request to gone.
     pub machine_lifetime: Timings<PoolLabel>,
-    pub machine_failures: Family<PoolLabel, Counter>,
+    pub machine_failures: Family<FailureLabels, Counter>,
     pub scale_actions: Family<ScaleLabels, Counter>,
     pub provisioner_calls: Timings<ProvisionerLabels>,
     pub upstream_requests: Timings<UpstreamLabels>,
     pub mirror_requests: Timings<MirrorLabels>,
-    /// From GitLab's hand-over to the autoscaler to the first call of the sidecar running it.
+    /// The wait a user sees: from the job's pending at GitLab to the first call of the sidecar
+    /// running it (the two parts below; without GitLab's part, the part here alone).
     pub job_wait: Timings<PoolLabel>,
+    /// From the job's pending at GitLab to GitLab handing it to the autoscaler
+    /// (`job_info.time_in_queue_seconds`, whole seconds).
+    pub job_wait_in_gitlab: Timings<PoolLabel>,
+    /// From GitLab's hand-over to the autoscaler to the first call of the sidecar running it.
+    pub job_wait_here: Timings<PoolLabel>,
     pub store_flush: Histogram,
     /// Configuration reloads on `SIGHUP`, by outcome.
     pub config_reloads: Family<ReloadLabel, Counter>,
@@ -170,6 +215,8 @@ impl Metrics {
             upstream_requests: timings(call_buckets),
             mirror_requests: timings(call_buckets),
             job_wait: timings(wait_buckets),
+            job_wait_in_gitlab: timings(wait_buckets),
+            job_wait_here: timings(wait_buckets),
             store_flush: flush_buckets(),
             config_reloads: Family::default(),
         };
@@ -204,7 +251,7 @@ impl Metrics {
         );
         r.register(
             "autoscaler_machine_failures",
-            "Machines that failed (unreachable, injection failed, sidecar lost, provider says failed)",
+            "Machines that failed, by reason: failed (unreachable, injection failed, sidecar lost, provider says failed), vanished (gone at the provider without a destroy), create_lost",
             self.machine_failures.clone(),
         );
         r.register(
@@ -229,8 +276,18 @@ impl Metrics {
         );
         r.register(
             "autoscaler_job_wait_seconds",
-            "From GitLab handing a job to the autoscaler to the first call of the sidecar that runs it",
+            "From a job's pending at GitLab to the first call of the sidecar that runs it (the sum of the two parts below)",
             self.job_wait.clone(),
+        );
+        r.register(
+            "autoscaler_job_wait_gitlab_seconds",
+            "From a job's pending at GitLab to GitLab handing it to the autoscaler (job_info.time_in_queue_seconds)",
+            self.job_wait_in_gitlab.clone(),
+        );
+        r.register(
+            "autoscaler_job_wait_here_seconds",
+            "From GitLab handing a job to the autoscaler to the first call of the sidecar that runs it",
+            self.job_wait_here.clone(),
         );
         r.register(
             "autoscaler_store_flush_seconds",
@@ -264,6 +321,43 @@ impl Metrics {
         out
     }
 
+    /// Makes every series of `pool` exist at zero, so that the first event of each kind is an
+    /// increase Prometheus sees (`increase()` misses a series' first sample).
+    pub fn register_pool(&self, pool: &str) {
+        let label = PoolLabel {
+            pool: pool.to_string(),
+        };
+        for family in [
+            &self.machine_creation,
+            &self.machine_readiness,
+            &self.machine_deletion,
+            &self.machine_lifetime,
+            &self.job_wait,
+            &self.job_wait_in_gitlab,
+            &self.job_wait_here,
+        ] {
+            drop(family.get_or_create(&label));
+        }
+        for reason in FAILURE_REASONS {
+            self.machine_failure(pool, reason, 0);
+        }
+        for (action, reasons) in SCALE_ACTIONS {
+            for reason in reasons {
+                self.scale_action(pool, action, reason, 0);
+            }
+        }
+    }
+
+    /// Counts `n` machine failures of `pool` for `reason` (one of [`FAILURE_REASONS`]).
+    pub fn machine_failure(&self, pool: &str, reason: &str, n: u64) {
+        self.machine_failures
+            .get_or_create(&FailureLabels {
+                pool: pool.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc_by(n);
+    }
+
     pub fn provisioner_call(&self, pool: &str, verb: &str, exit: &str, took: Duration) {
         self.provisioner_calls
             .get_or_create(&ProvisionerLabels {
@@ -293,12 +387,22 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn job_waited(&self, pool: &str, waited_ms: u64) {
-        self.job_wait
-            .get_or_create(&PoolLabel {
-                pool: pool.to_string(),
-            })
-            .observe(seconds(waited_ms));
+    /// A job started on its sidecar after `at_gitlab_ms` pending at GitLab (when GitLab said)
+    /// and `here_ms` in the autoscaler.
+    pub fn job_waited(&self, pool: &str, at_gitlab_ms: Option<u64>, here_ms: u64) {
+        let label = PoolLabel {
+            pool: pool.to_string(),
+        };
+        let total = here_ms.saturating_add(at_gitlab_ms.unwrap_or(0));
+        self.job_wait.get_or_create(&label).observe(seconds(total));
+        self.job_wait_here
+            .get_or_create(&label)
+            .observe(seconds(here_ms));
+        if let Some(ms) = at_gitlab_ms {
+            self.job_wait_in_gitlab
+                .get_or_create(&label)
+                .observe(seconds(ms));
+        }
     }
 }
 

@@ -5,7 +5,7 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     let metrics = Metrics::new();
     metrics.provisioner_call("linux", "create", "ok", Duration::from_millis(1500));
     metrics.scale_action("linux", "create", "waiting_jobs", 2);
-    metrics.job_waited("linux", 2500);
+    metrics.job_waited("linux", Some(10_000), 2500);
     let pool = PoolLabel {
         pool: "linux".into(),
     };
@@ -17,7 +17,7 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     ] {
         family.get_or_create(&pool).observe(1.0);
     }
-    metrics.machine_failures.get_or_create(&pool).inc();
+    metrics.machine_failure("linux", "vanished", 1);
     metrics
         .upstream_requests
         .get_or_create(&UpstreamLabels {
@@ -44,10 +44,17 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     let text = metrics.encode();
     assert!(text.contains("autoscaler_scale_actions_total{pool=\"linux\",action=\"create\",reason=\"waiting_jobs\"} 2"), "{text}");
     assert!(text.contains("autoscaler_provisioner_call_seconds_count{pool=\"linux\",verb=\"create\",exit=\"ok\"} 1"), "{text}");
-    assert!(
-        text.contains("autoscaler_job_wait_seconds_sum{pool=\"linux\"} 2.5"),
-        "{text}"
-    );
+    // The wait a user sees is GitLab's part (10 s pending) and ours (2.5 s).
+    for (family, sum) in [
+        ("autoscaler_job_wait_seconds", "12.5"),
+        ("autoscaler_job_wait_gitlab_seconds", "10.0"),
+        ("autoscaler_job_wait_here_seconds", "2.5"),
+    ] {
+        assert!(
+            text.contains(&format!("{family}_sum{{pool=\"linux\"}} {sum}")),
+            "{family}: {text}"
+        );
+    }
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     let families: Vec<&str> = text
@@ -55,7 +62,7 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(families.len(), 15, "{families:?}");
+    assert_eq!(families.len(), 18, "{families:?}");
     for family in families {
         assert!(family.starts_with("autoscaler_"), "{family}");
         assert!(
@@ -85,4 +92,25 @@ fn upstream_endpoints_are_named_from_method_and_path() {
         "artifacts_download"
     );
     assert_eq!(upstream::endpoint(&Method::GET, "/api/v4/other"), "other");
+}
+
+/// Every series an event would create exists at zero once the pool is registered, so that the
+/// first event is an increase Prometheus sees.
+#[test]
+fn a_registered_pool_has_zero_series_before_any_event() {
+    let metrics = Metrics::new();
+    metrics.register_pool("arm");
+    let text = metrics.encode();
+    for line in [
+        "autoscaler_machine_failures_total{pool=\"arm\",reason=\"failed\"} 0",
+        "autoscaler_machine_failures_total{pool=\"arm\",reason=\"vanished\"} 0",
+        "autoscaler_machine_failures_total{pool=\"arm\",reason=\"create_lost\"} 0",
+        "autoscaler_scale_actions_total{pool=\"arm\",action=\"create\",reason=\"waiting_jobs\"} 0",
+        "autoscaler_scale_actions_total{pool=\"arm\",action=\"destroy\",reason=\"idle_timeout\"} 0",
+        "autoscaler_machine_deletion_seconds_count{pool=\"arm\"} 0",
+        "autoscaler_machine_lifetime_seconds_count{pool=\"arm\"} 0",
+        "autoscaler_job_wait_seconds_count{pool=\"arm\"} 0",
+    ] {
+        assert!(text.contains(line), "no {line}: {text}");
+    }
 }

@@ -120,6 +120,9 @@ pub async fn run_with(
         "state loaded"
     );
     for pool in &pools {
+        metrics.register_pool(pool.name());
+    }
+    for pool in &pools {
         verify_pool(upstream.as_ref(), pool).await?;
     }
     for pool in &pools {

@@ -19,6 +19,7 @@ fn job(id: u64) -> JobRecord {
         class: None,
         phase: JobPhase::Queued,
         accepted_at: 1_000,
+        queued_at_gitlab_ms: None,
         acknowledged: false,
         held: false,
         artifact_refusal: None,

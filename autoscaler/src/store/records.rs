@@ -32,6 +32,10 @@ pub struct JobRecord {
     pub class: Option<String>,
     pub phase: JobPhase,
     pub accepted_at: Millis,
+    /// How long the job was pending at GitLab before it was handed to the autoscaler
+    /// (`job_info.time_in_queue_seconds`), when GitLab said.
+    #[serde(default)]
+    pub queued_at_gitlab_ms: Option<u64>,
     /// GitLab confirmed an acceptance (`PUT state=running` answered `200`), the sidecar's or
     /// ours. Until then the autoscaler owes GitLab one.
     #[serde(default)]

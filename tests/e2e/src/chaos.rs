@@ -546,7 +546,7 @@ pub async fn flaky_provisioner(jobs: usize) -> Result<Figures> {
 }
 
 /// Destroys a machine behind the autoscaler's back, with the local provisioner itself.
-fn destroy_at_provider(root: &Path, id: &str) -> Result<()> {
+pub fn destroy_at_provider(root: &Path, id: &str) -> Result<()> {
     let output = std::process::Command::new(repo_root().join("provisioners/local/provisioner"))
         .args(["destroy", id])
         .env("LOCAL_ROOT", root)

@@ -27,6 +27,7 @@ fn record(id: u64) -> JobRecord {
         class: None,
         phase: JobPhase::Queued,
         accepted_at: 0,
+        queued_at_gitlab_ms: None,
         acknowledged: false,
         held: false,
         spooled: Vec::new(),

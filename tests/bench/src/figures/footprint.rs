@@ -208,6 +208,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
                 since: now,
             },
             accepted_at: now,
+            queued_at_gitlab_ms: None,
             acknowledged: true,
             held: false,
             spooled: Vec::new(),
