@@ -58,6 +58,9 @@ impl Sidecar {
     }
 }
 
+mod table;
+use table::Table;
+
 #[derive(Debug)]
 pub struct Sidecars {
     store: Arc<dyn Store>,
@@ -65,36 +68,6 @@ pub struct Sidecars {
     table: RwLock<Table>,
     /// Each pool's `info` and when it was computed.
     pool_infos: Mutex<HashMap<String, (Millis, Option<Value>)>>,
-}
-
-/// The registered sidecars, by token digest (authentication) and by id (everything else).
-#[derive(Debug, Default)]
-struct Table {
-    by_digest: HashMap<TokenDigest, Arc<Sidecar>>,
-    by_id: HashMap<SidecarId, Arc<Sidecar>>,
-}
-
-impl Table {
-    fn insert(&mut self, sidecar: Arc<Sidecar>) {
-        self.by_id.insert(sidecar.id(), sidecar.clone());
-        self.by_digest
-            .insert(sidecar.record.token_digest.clone(), sidecar);
-    }
-
-    fn remove(&mut self, sidecar: &Sidecar) {
-        self.by_digest.remove(&sidecar.record.token_digest);
-        if self
-            .by_id
-            .get(&sidecar.id())
-            .is_some_and(|s| s.record.token_digest == sidecar.record.token_digest)
-        {
-            self.by_id.remove(&sidecar.id());
-        }
-    }
-
-    fn values(&self) -> impl Iterator<Item = &Arc<Sidecar>> {
-        self.by_id.values()
-    }
 }
 
 impl Sidecars {
@@ -300,10 +273,7 @@ impl Sidecars {
 
     /// The sidecar injected into `machine`, if it is registered.
     pub fn for_machine(&self, machine: &str) -> Option<Arc<Sidecar>> {
-        self.read()
-            .values()
-            .find(|s| s.record.machine.as_deref() == Some(machine))
-            .cloned()
+        self.read().for_machine(machine).cloned()
     }
 
     pub fn in_pool(&self, pool: &str) -> Vec<Arc<Sidecar>> {
@@ -357,6 +327,24 @@ mod tests {
         assert!(reg.authenticate("glrt-wrong").is_none());
         reg.revoke(&s).await.unwrap();
         assert!(reg.authenticate(token.expose()).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_machines_sidecar_is_its_newest_one_and_survives_rotation() {
+        let (reg, _) = registry();
+        let machine = || Some("m-1".to_string());
+        let (old, _) = reg.register("p", None, machine()).await.unwrap();
+        let (new, _) = reg.register("p", None, machine()).await.unwrap();
+        let (_other, _) = reg.register("p", None, Some("m-2".into())).await.unwrap();
+        assert_eq!(reg.for_machine("m-1").unwrap().id(), new.id());
+        reg.rotate(&new).await.unwrap();
+        assert_eq!(reg.for_machine("m-1").unwrap().id(), new.id());
+        let rotated = reg.for_machine("m-1").unwrap();
+        reg.revoke(&rotated).await.unwrap();
+        assert_eq!(reg.for_machine("m-1").unwrap().id(), old.id());
+        reg.revoke(&old).await.unwrap();
+        assert!(reg.for_machine("m-1").is_none());
+        assert!(reg.for_machine("m-2").is_some());
     }
 
     #[tokio::test]

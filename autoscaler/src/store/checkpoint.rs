@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::SCHEMA_VERSION;
 use super::StoreError;
+use super::journal::{Journal, Position};
 use super::manifest::Manifest;
 
 /// Counts checkpoints; the manifest records a value the database reached, to detect a damaged
@@ -27,6 +28,9 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 pub(super) struct Checkpoints {
     path: PathBuf,
     db: sled::Db,
+    journal: std::sync::Arc<Journal>,
+    /// The journal position the last successful checkpoint covered, for the manifest.
+    covered: Mutex<Option<Position>>,
     meta: sled::Tree,
     store_id: std::sync::OnceLock<String>,
     /// The last commit number on stable storage in sled.
@@ -44,13 +48,20 @@ pub(super) struct Checkpoints {
 }
 
 impl Checkpoints {
-    pub(super) fn new(path: &Path, db: sled::Db, meta: sled::Tree, commit: u64) -> Self {
+    pub(super) fn new(
+        path: &Path,
+        db: sled::Db,
+        meta: sled::Tree,
+        journal: std::sync::Arc<Journal>,
+    ) -> Self {
         Self {
             path: path.to_path_buf(),
             db,
+            journal,
+            covered: Mutex::new(None),
             meta,
             store_id: std::sync::OnceLock::new(),
-            commit: AtomicU64::new(commit),
+            commit: AtomicU64::new(0),
             manifest_written: Mutex::new(None),
             last: Mutex::new(crate::clock::monotonic()),
             running: AtomicBool::new(false),
@@ -79,6 +90,8 @@ impl Checkpoints {
     /// Flushes sled, `fdatasync`s its files and advances the commit number; writes the manifest
     /// when `manifest` is set or it is due.
     pub(super) fn run(&self, manifest: bool) -> Result<(), StoreError> {
+        // Taken before the flush: everything recorded up to here is in what sled flushes.
+        let covered = self.journal.position();
         let commit = self.commit() + 1;
         self.meta
             .insert(COMMIT_KEY, &commit.to_be_bytes())
@@ -86,6 +99,7 @@ impl Checkpoints {
         self.db.flush().map_err(sled_io)?;
         self.sync_files()?;
         self.commit.store(commit, Ordering::SeqCst);
+        *lock(&self.covered) = Some(covered);
         *lock(&self.last) = crate::clock::monotonic();
         let due = lock(&self.manifest_written).is_none_or(|t| t.elapsed() >= MANIFEST_EVERY);
         if manifest || due {
@@ -97,7 +111,11 @@ impl Checkpoints {
     /// Records the last checkpointed commit number in the manifest.
     pub(super) fn write_manifest(&self) -> Result<(), StoreError> {
         let id = self.store_id.get().cloned().unwrap_or_default();
-        Manifest::new(SCHEMA_VERSION, id, self.commit()).write(&self.path)?;
+        let mut manifest = Manifest::new(SCHEMA_VERSION, id, self.commit());
+        if let Some(covered) = *lock(&self.covered) {
+            manifest = manifest.covering(covered);
+        }
+        manifest.write(&self.path)?;
         *lock(&self.manifest_written) = Some(crate::clock::monotonic());
         Ok(())
     }

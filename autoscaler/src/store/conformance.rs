@@ -304,4 +304,9 @@ async fn sled_store_keeps_every_write_across_journal_switches_and_checkpoints() 
         Some(&payload[..])
     );
     assert_eq!(store.payload(JobId(999)).unwrap(), None);
+    // The checkpoint that ended the open recorded how far it covered the journal.
+    let manifest = super::manifest::Manifest::read(dir.path())
+        .unwrap()
+        .unwrap();
+    assert!(manifest.journal_covered.is_some(), "{manifest:?}");
 }

@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::StoreError;
 
+mod replay;
+pub(super) use replay::Replay;
+
 const HEADER: usize = 16;
 /// Files grow in steps of zeros written ahead, so that a sync rarely has to record a new size.
 const GROW_STEP: u64 = 256 * 1024;
@@ -44,6 +47,13 @@ pub(super) enum Entry {
         tree: u8,
         key: Vec<u8>,
     },
+}
+
+/// A point in the journal: byte `end` of epoch `epoch`'s file (an entry boundary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub epoch: u64,
+    pub end: u64,
 }
 
 const BEGIN: u8 = 0;
@@ -74,9 +84,13 @@ struct State {
 }
 
 impl Journal {
-    /// Opens the journal in `dir` and returns the entries of the epochs it holds, oldest first,
-    /// to be replayed. New writes go to a new epoch.
-    pub(super) fn open(dir: &Path) -> Result<(Self, Vec<Entry>), StoreError> {
+    /// Opens the journal in `dir` and returns the epochs it holds, oldest first, to be replayed
+    /// from `covered` on (what the last recorded checkpoint brought to stable storage in sled).
+    /// New writes go to a new epoch, numbered past both.
+    pub(super) fn open(
+        dir: &Path,
+        covered: Option<Position>,
+    ) -> Result<(Self, Replay), StoreError> {
         let mut found = Vec::new();
         let mut files = Vec::new();
         let mut allocated = [0; 2];
@@ -92,13 +106,18 @@ impl Journal {
             let bytes = std::fs::read(&path).map_err(|e| io_at(&path, e))?;
             *size = bytes.len() as u64;
             if let Some(epoch) = read_epoch(&bytes) {
-                found.push((epoch.0, epoch.1));
+                found.push((epoch, bytes));
             }
             files.push(file);
         }
         found.sort_by_key(|(epoch, _)| *epoch);
-        let epoch = found.last().map_or(1, |(e, _)| e + 1);
-        let entries = found.into_iter().flat_map(|(_, e)| e).collect();
+        // Past the covered epoch too: were the files lost, a new epoch numbered below it would
+        // have its entries skipped at the next open.
+        let epoch = found
+            .last()
+            .map_or(0, |(e, _)| *e)
+            .max(covered.map_or(0, |c| c.epoch))
+            + 1;
         let [a, b]: [File; 2] = files.try_into().expect("two journal files");
         let journal = Self {
             dir: dir.to_path_buf(),
@@ -114,7 +133,7 @@ impl Journal {
             leading: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         };
-        Ok((journal, entries))
+        Ok((journal, Replay::new(found, covered)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -136,6 +155,16 @@ impl Journal {
         state.pending.extend_from_slice(&encode(epoch, &entry));
         self.appended.fetch_add(1, Ordering::SeqCst);
         Ok(result)
+    }
+
+    /// Where the journal stands now: every entry recorded before this point has been applied
+    /// to sled (`record` applies and appends under one lock).
+    pub(super) fn position(&self) -> Position {
+        let state = self.lock();
+        Position {
+            epoch: state.epoch,
+            end: state.offset + state.pending.len() as u64,
+        }
     }
 
     /// How many syncs reached the disk: with concurrent `durable` calls this shows sharing.
@@ -314,15 +343,11 @@ fn checksum(epoch: u64, body: &[u8]) -> u32 {
     hasher.finalize()
 }
 
-/// The epoch a file holds and its entries (without the `begin`), or `None` for a file that
-/// does not start with a whole `begin` entry.
-fn read_epoch(bytes: &[u8]) -> Option<(u64, Vec<Entry>)> {
+/// The epoch a file holds, or `None` for a file that does not start with a whole `begin`
+/// entry.
+fn read_epoch(bytes: &[u8]) -> Option<u64> {
     let epoch = u64::from_le_bytes(bytes.get(4..12)?.try_into().ok()?);
-    let mut entries = Entries::new(bytes, epoch);
-    if entries.next()? != Entry::Begin {
-        return None;
-    }
-    Some((epoch, entries.collect()))
+    (Entries::new(bytes, epoch).next()? == Entry::Begin).then_some(epoch)
 }
 
 /// The whole entries of `epoch` at the start of `bytes`.

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
+use super::journal::Position;
 
 const FILE_NAME: &str = "store.json";
 const FORMAT: &str = "autoscaler-store";
@@ -28,6 +29,11 @@ pub struct Manifest {
     pub store_id: String,
     /// A commit number the database had flushed when this was written.
     pub commit: u64,
+    /// The journal position that commit's checkpoint covered: entries before it are in the
+    /// database on stable storage and are not replayed at open. Absent in manifests written
+    /// before it existed (everything is replayed then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub journal_covered: Option<Position>,
 }
 
 impl Manifest {
@@ -37,7 +43,15 @@ impl Manifest {
             schema,
             store_id,
             commit,
+            journal_covered: None,
         }
+    }
+
+    /// This manifest, recording that its commit's checkpoint covered the journal up to `at`.
+    #[must_use]
+    pub fn covering(mut self, at: Position) -> Self {
+        self.journal_covered = Some(at);
+        self
     }
 
     pub fn path(dir: &Path) -> PathBuf {

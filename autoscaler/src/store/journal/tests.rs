@@ -16,8 +16,8 @@ fn record(journal: &Journal, entry: Entry) {
 async fn synced_entries_come_back_in_order_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (journal, replay) = Journal::open(dir.path()).unwrap();
-        assert!(replay.is_empty());
+        let (journal, replay) = Journal::open(dir.path(), None).unwrap();
+        assert!(replay.collected().is_empty());
         for n in 0..3 {
             record(&journal, put(n));
         }
@@ -31,20 +31,20 @@ async fn synced_entries_come_back_in_order_after_a_crash() {
         journal.durable().await.unwrap();
         // Dropped without any checkpoint: as after a power cut once `durable` returned.
     }
-    let (_, replay) = Journal::open(dir.path()).unwrap();
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
     let mut expected: Vec<Entry> = (0..3).map(put).collect();
     expected.push(Entry::Remove {
         tree: 1,
         key: vec![1],
     });
-    assert_eq!(replay, expected);
+    assert_eq!(replay.collected(), expected);
 }
 
 #[tokio::test]
 async fn a_torn_last_entry_ends_the_replay_and_older_entries_survive() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (journal, _) = Journal::open(dir.path()).unwrap();
+        let (journal, _) = Journal::open(dir.path(), None).unwrap();
         record(&journal, put(1));
         journal.durable().await.unwrap();
         record(&journal, put(2));
@@ -57,15 +57,15 @@ async fn a_torn_last_entry_ends_the_replay_and_older_entries_survive() {
     let first = HEADER + 2 + 4 + 1 + 100;
     bytes.truncate(begin + first + 20);
     std::fs::write(&path, bytes).unwrap();
-    let (_, replay) = Journal::open(dir.path()).unwrap();
-    assert_eq!(replay, vec![put(1)]);
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected(), vec![put(1)]);
 }
 
 #[tokio::test]
 async fn after_a_switch_both_epochs_replay_oldest_first_and_a_third_reuses_the_first_file() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (journal, _) = Journal::open(dir.path()).unwrap();
+        let (journal, _) = Journal::open(dir.path(), None).unwrap();
         let big = Entry::Put {
             tree: 0,
             key: vec![9],
@@ -79,20 +79,21 @@ async fn after_a_switch_both_epochs_replay_oldest_first_and_a_third_reuses_the_f
         journal.durable().await.unwrap();
         assert!(!journal.switch_if_long(), "a short epoch does not");
     }
-    let (journal, replay) = Journal::open(dir.path()).unwrap();
+    let (journal, replay) = Journal::open(dir.path(), None).unwrap();
+    let replay = replay.collected();
     assert_eq!(replay.len(), 3);
     assert_eq!(replay[1..], [put(5), put(6)]);
     // The reopened journal starts epoch 3 in journal-1; epoch 1 there is gone, epoch 2 stays.
     journal.sync_now().unwrap();
     drop(journal);
-    let (_, replay) = Journal::open(dir.path()).unwrap();
-    assert_eq!(replay, vec![put(5), put(6)]);
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected(), vec![put(5), put(6)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_share_syncs() {
     let dir = tempfile::tempdir().unwrap();
-    let (journal, _) = Journal::open(dir.path()).unwrap();
+    let (journal, _) = Journal::open(dir.path(), None).unwrap();
     let journal = std::sync::Arc::new(journal);
     let tasks: Vec<_> = (0..64u8)
         .map(|n| {
@@ -109,6 +110,42 @@ async fn concurrent_callers_share_syncs() {
     let syncs = journal.sync_count();
     assert!((1..64).contains(&syncs), "64 callers took {syncs} syncs");
     drop(journal);
-    let (_, replay) = Journal::open(dir.path()).unwrap();
-    assert_eq!(replay.len(), 64);
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected().len(), 64);
+}
+
+/// A position taken between writes (as a checkpoint takes it before flushing sled) leaves only
+/// the later entries to replay, across a switch too; a covered epoch above every file's makes
+/// the next epoch start above it.
+#[tokio::test]
+async fn entries_before_the_covered_position_are_not_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let covered = {
+        let (journal, _) = Journal::open(dir.path(), None).unwrap();
+        record(&journal, put(1));
+        record(&journal, put(2));
+        journal.durable().await.unwrap();
+        let covered = journal.position();
+        // Pending (not yet written) when the position is taken: still after it.
+        record(&journal, put(3));
+        journal.durable().await.unwrap();
+        record(&journal, put(4));
+        journal.durable().await.unwrap();
+        covered
+    };
+    let (journal, replay) = Journal::open(dir.path(), Some(covered)).unwrap();
+    assert_eq!(replay.collected(), vec![put(3), put(4)]);
+    assert_eq!(journal.position().epoch, covered.epoch + 1);
+    // Nothing covered: everything, as before positions were recorded.
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected(), (1..=4).map(put).collect::<Vec<_>>());
+    // A position from a later epoch than the files hold (the files were lost): nothing of
+    // theirs is replayed, and new writes go to an epoch past the position's.
+    let far = Position {
+        epoch: covered.epoch + 10,
+        end: 0,
+    };
+    let (journal, replay) = Journal::open(dir.path(), Some(far)).unwrap();
+    assert!(replay.collected().is_empty());
+    assert_eq!(journal.position().epoch, far.epoch + 1);
 }
