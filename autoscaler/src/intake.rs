@@ -221,10 +221,7 @@ impl Intake {
                 reason: "paused until the store takes writes again".into(),
             };
         }
-        let mut info = self
-            .sidecars
-            .pool_info(self.pool.name())
-            .unwrap_or_else(|| configured_info(self.pool.config.sidecar.as_ref().map(|s| &s.mode)));
+        let mut info = presented_info(&self.sidecars, &self.pool);
         if let Some(features) = info
             .get_mut("features")
             .and_then(serde_json::Value::as_object_mut)
@@ -322,6 +319,14 @@ impl Intake {
             }
         }
     }
+}
+
+/// The `info` the pool presents to GitLab (job requests, and the token's verify at start-up):
+/// what its sidecars say, or before any has, what the runner it starts would.
+pub(crate) fn presented_info(sidecars: &Sidecars, pool: &Pool) -> serde_json::Value {
+    sidecars
+        .pool_info(pool.name())
+        .unwrap_or_else(|| configured_info(pool.config.sidecar.as_ref().map(|s| &s.mode)))
 }
 
 /// The `info` sent before any sidecar of the pool has described itself: the features of the

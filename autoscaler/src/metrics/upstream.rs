@@ -100,8 +100,9 @@ impl Upstream for MeteredUpstream {
         &self,
         token: &Secret,
         system_id: &str,
+        info: &serde_json::Value,
     ) -> BoxFuture<'_, Result<VerifyOutcome, UpstreamError>> {
-        let call = self.inner.verify(token, system_id);
+        let call = self.inner.verify(token, system_id, info);
         Box::pin(async move {
             let started = crate::clock::monotonic();
             let result = call.await;

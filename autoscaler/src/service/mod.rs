@@ -123,7 +123,8 @@ pub async fn run_with(
         metrics.register_pool(pool.name());
     }
     for pool in &pools {
-        verify_pool(upstream.as_ref(), pool).await?;
+        let info = crate::intake::presented_info(&sidecars, pool);
+        verify_pool(upstream.as_ref(), pool, &info).await?;
     }
     for pool in &pools {
         for id in jobs.queued(pool.name()) {

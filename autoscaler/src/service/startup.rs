@@ -150,9 +150,13 @@ pub(super) fn machine_controllers(
     Ok((controllers, binaries))
 }
 
-pub(super) async fn verify_pool(upstream: &dyn Upstream, pool: &Pool) -> Result<(), ServiceError> {
+pub(super) async fn verify_pool(
+    upstream: &dyn Upstream,
+    pool: &Pool,
+    info: &serde_json::Value,
+) -> Result<(), ServiceError> {
     match upstream
-        .verify(&pool.config.upstream_token, &pool.system_id)
+        .verify(&pool.config.upstream_token, &pool.system_id, info)
         .await
     {
         Ok(VerifyOutcome::Valid) => {

@@ -56,6 +56,7 @@ pub struct FakeUpstream {
     calls: Mutex<Vec<RecordedCall>>,
     answers: Mutex<VecDeque<Result<Scripted, String>>>,
     job_requests: Mutex<Vec<JobRequest>>,
+    verify_infos: Mutex<Vec<serde_json::Value>>,
 }
 
 impl FakeUpstream {
@@ -71,6 +72,11 @@ impl FakeUpstream {
     pub fn job_request_count(&self) -> usize {
         self.job_requests.lock().unwrap().len()
     }
+
+    /// The `info` of every verify call, in order.
+    pub fn verify_infos(&self) -> Vec<serde_json::Value> {
+        self.verify_infos.lock().unwrap().clone()
+    }
 }
 
 impl Upstream for FakeUpstream {
@@ -78,7 +84,9 @@ impl Upstream for FakeUpstream {
         &self,
         _token: &Secret,
         _system_id: &str,
+        info: &serde_json::Value,
     ) -> BoxFuture<'_, Result<VerifyOutcome, UpstreamError>> {
+        self.verify_infos.lock().unwrap().push(info.clone());
         Box::pin(async { Ok(VerifyOutcome::Valid) })
     }
 

@@ -106,8 +106,10 @@ impl Upstream for HttpUpstream {
         &self,
         token: &Secret,
         system_id: &str,
+        info: &serde_json::Value,
     ) -> BoxFuture<'_, Result<VerifyOutcome, UpstreamError>> {
-        let body = serde_json::json!({"token": token.expose(), "system_id": system_id});
+        let body =
+            serde_json::json!({"token": token.expose(), "system_id": system_id, "info": info});
         let token = token.clone();
         Box::pin(async move {
             let url = self.url("api/v4/runners/verify", None)?;

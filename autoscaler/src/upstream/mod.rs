@@ -122,10 +122,14 @@ impl std::fmt::Debug for Forwarded {
 
 /// GitLab, as seen by the autoscaler.
 pub trait Upstream: Send + Sync + std::fmt::Debug + 'static {
+    /// `POST /runners/verify` with the runner's `info`: GitLab records it for the runner
+    /// manager, and reads from its `features` whether jobs can be canceled gracefully
+    /// (runner-protocol.md §2).
     fn verify(
         &self,
         token: &Secret,
         system_id: &str,
+        info: &serde_json::Value,
     ) -> BoxFuture<'_, Result<VerifyOutcome, UpstreamError>>;
     fn request_job(
         &self,

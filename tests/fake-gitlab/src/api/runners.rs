@@ -112,14 +112,16 @@ pub(super) async fn verify(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (_, token, system_id) = match identity(query.as_deref(), &headers, body).await {
+    let (params, token, system_id) = match identity(query.as_deref(), &headers, body).await {
         Ok(identity) => identity,
         Err(response) => return response,
     };
     if let Some(status) = shared.read(|s| s.orphaned(&token)) {
         return super::orphaned(status);
     }
-    match shared.mutate(|s| s.verify_runner(&token, system_id.as_deref())) {
+    // Not type-checked on verify (not declared there): only an object is kept.
+    let info = params.hash("info").ok().flatten();
+    match shared.mutate(|s| s.verify_runner(&token, system_id.as_deref(), info)) {
         Some(id) => {
             Json(json!({ "id": id, "token": token, "token_expires_at": null })).into_response()
         }

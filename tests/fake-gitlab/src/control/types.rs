@@ -125,7 +125,7 @@ pub struct RunnerView {
     pub requests: u64,
     /// Every `system_id` seen (job requests and verify), in order of first appearance.
     pub system_ids: Vec<String>,
-    /// The `info` object of the last job request.
+    /// The `info` object of the last job request or verify.
     pub last_info: Option<serde_json::Value>,
     /// `description` and `tag_list` of its registration (`POST /api/v4/runners`), as GitLab
     /// stored them: a list, a comma-separated string, and of a form field given twice only the

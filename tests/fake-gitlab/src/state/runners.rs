@@ -39,10 +39,20 @@ impl State {
             .view(token)
     }
 
-    /// `POST /runners/verify`: the runner id, remembering the manager.
-    pub fn verify_runner(&mut self, token: &str, system_id: Option<&str>) -> Option<u64> {
+    /// `POST /runners/verify`: the runner id, remembering the manager and, as GitLab's
+    /// `authenticate_runner!` does for the manager it finds or creates, its `info` (GitLab reads
+    /// `features` from it, `cancel_gracefully` among them).
+    pub fn verify_runner(
+        &mut self,
+        token: &str,
+        system_id: Option<&str>,
+        info: Option<serde_json::Value>,
+    ) -> Option<u64> {
         let runner = self.runners.get_mut(token)?;
         runner.remember_system_id(system_id);
+        if info.is_some() {
+            runner.last_info = info;
+        }
         Some(runner.id)
     }
 

@@ -354,8 +354,8 @@ fn second_upload_of_a_type_must_be_identical() {
 #[test]
 fn runners_and_managers() {
     let mut state = state();
-    assert_eq!(state.verify_runner(RUNNER, Some("s_1")), Some(1));
-    assert_eq!(state.verify_runner("glrt-nope", None), None);
+    assert_eq!(state.verify_runner(RUNNER, Some("s_1"), None), Some(1));
+    assert_eq!(state.verify_runner("glrt-nope", None, None), None);
     assert_eq!(
         state.remove_manager(RUNNER, "s_2"),
         ManagerRemoval::UnknownManager
