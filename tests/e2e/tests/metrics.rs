@@ -2,6 +2,7 @@
 //! series per pool, a machine lost behind the autoscaler's back counted as a failure of its own
 //! reason, and a machine running its only job (`max_use_count = 1`) shown busy.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -32,28 +33,82 @@ fn series_line(scrape: &Scrape, name: &str, labels: &str) -> bool {
         .any(|l| l.starts_with(&format!("{name}{{{labels}}} ")))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_own() -> Result<()> {
+/// A fake GitLab that knows a pool of local machines, before the autoscaler starts.
+struct Prepared {
+    gitlab: FakeGitLab,
+    pool: PoolSpec,
+    machines_root: PathBuf,
+    guard: LocalMachinesGuard,
+    dir: tempfile::TempDir,
+}
+
+/// The same, with the autoscaler running.
+struct Rig {
+    gitlab: FakeGitLab,
+    pool: PoolSpec,
+    machines_root: PathBuf,
+    autoscaler: Autoscaler,
+    _guard: LocalMachinesGuard,
+    _dir: tempfile::TempDir,
+}
+
+/// A pool `name` of local machines with these `[pools.scaling]` keys and the built-in sidecar.
+async fn prepare(name: &str, scaling: &str) -> Result<Prepared> {
     let dir = tempfile::tempdir()?;
     let machines_root = dir.path().join("machines");
-    let _guard = LocalMachinesGuard {
+    let guard = LocalMachinesGuard {
         root: machines_root.clone(),
     };
-    let gitlab = FakeGitLab::start(&[]).await?;
-    // Two machines kept idle: the one removed at the provider is replaced.
-    let pool = PoolSpec::local(
-        "metered",
-        &machines_root,
-        "max_machines = 2\nidle_count = 1\nidle_time = \"60s\"\nstrategy = \"idle\"",
-        "mode = \"builtin\"",
-    );
+    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    let pool = PoolSpec::local(name, &machines_root, scaling, "mode = \"builtin\"");
     gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "",
+    Ok(Prepared {
+        gitlab,
+        pool,
+        machines_root,
+        guard,
+        dir,
+    })
+}
+
+impl Prepared {
+    async fn start(self) -> Result<Rig> {
+        let autoscaler = Autoscaler::start(
+            &self.dir.path().join("autoscaler"),
+            &self.gitlab.url,
+            std::slice::from_ref(&self.pool),
+            "",
+        )
+        .await?;
+        Ok(Rig {
+            gitlab: self.gitlab,
+            pool: self.pool,
+            machines_root: self.machines_root,
+            autoscaler,
+            _guard: self.guard,
+            _dir: self.dir,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_own() -> Result<()> {
+    // Two machines kept idle: the one removed at the provider is replaced.
+    // Every field is bound: one left to `..` would be dropped here (the fake GitLab stopped,
+    // the machines and the state directory removed).
+    let Rig {
+        gitlab: _gitlab,
+        pool,
+        machines_root,
+        autoscaler,
+        _guard,
+        _dir,
+    } = prepare(
+        "metered",
+        "max_machines = 2\nidle_count = 1\nidle_time = \"60s\"\nstrategy = \"idle\"",
     )
+    .await?
+    .start()
     .await?;
     let first = Scrape::get(&autoscaler).await?;
     let pool_label = format!("pool=\"{}\"", pool.name);
@@ -136,25 +191,19 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let machines_root = dir.path().join("machines");
-    let _guard = LocalMachinesGuard {
-        root: machines_root.clone(),
-    };
-    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let pool = PoolSpec::local(
+    let Rig {
+        gitlab,
+        pool,
+        autoscaler,
+        machines_root: _,
+        _guard,
+        _dir,
+    } = prepare(
         "oneshot",
-        &machines_root,
         "max_machines = 1\nmax_use_count = 1\nidle_time = \"60s\"",
-        "mode = \"builtin\"",
-    );
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "",
     )
+    .await?
+    .start()
     .await?;
     // Long enough to be scraped while it runs; it is canceled once seen.
     let job = JobSpec::new(
@@ -191,36 +240,33 @@ async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
 /// admin API and the metrics report must include that part (`job_info.time_in_queue_seconds`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_reported_includes_the_time_pending_at_gitlab() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let machines_root = dir.path().join("machines");
-    let _guard = LocalMachinesGuard {
-        root: machines_root.clone(),
-    };
-    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
     // Preemptive: GitLab is asked only for the sidecar that waits, so the job stays pending
     // there while the first machine boots.
-    let mut pool = PoolSpec::local(
+    let mut prepared = prepare(
         "preempt",
-        &machines_root,
         "max_machines = 1\nidle_count = 1\nidle_time = \"60s\"\nintake = \"preemptive\"",
-        "mode = \"builtin\"",
-    );
+    )
+    .await?;
     // Machines take at least 2 s to boot, so the job's time at GitLab is at least that.
-    pool.tail = pool.tail.replace(
+    prepared.pool.tail = prepared.pool.tail.replace(
         "env = { LOCAL_ROOT",
         "env = { LOCAL_BOOT_DELAY = \"2\", LOCAL_ROOT",
     );
-    ensure!(pool.tail.contains("LOCAL_BOOT_DELAY"), "{}", pool.tail);
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let job = JobSpec::new(&pool.upstream_token, &["echo waited"]);
-    let id = gitlab.control.enqueue(&job).await?.id;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "",
-    )
-    .await?;
+    ensure!(
+        prepared.pool.tail.contains("LOCAL_BOOT_DELAY"),
+        "{}",
+        prepared.pool.tail
+    );
+    let job = JobSpec::new(&prepared.pool.upstream_token, &["echo waited"]);
+    let id = prepared.gitlab.control.enqueue(&job).await?.id;
+    let Rig {
+        gitlab,
+        pool,
+        autoscaler,
+        machines_root: _,
+        _guard,
+        _dir,
+    } = prepared.start().await?;
     gitlab.control.wait_final(id, WITHIN).await?;
     let waits: serde_json::Value = autoscaler
         .admin_get("/waits")
