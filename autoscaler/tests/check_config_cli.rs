@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 //! `autoscaler check-config` says which strategy each pool runs and why, so that no setting
 //! switches it unseen: a `[[pools.policy]]` entry on a pool that named no strategy keeps the
 //! demand-aware default, with the entry as a floor.
