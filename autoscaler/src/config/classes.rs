@@ -1,7 +1,7 @@
 //! `[[pools.classes]]`: the machine classes of a pool, and the CI variable jobs choose one with.
 
-use super::pool::ProvisionerConfig;
 use super::reader::Section;
+use super::sources::ProvisionerConfig;
 use super::values;
 use crate::core::classes::{Classes, DEFAULT_VARIABLE, MachineClass};
 

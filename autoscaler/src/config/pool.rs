@@ -1,17 +1,15 @@
 //! `[[pools]]`: a pool's identity towards GitLab, and, for pools that scale, its provisioner,
 //! its scaling policy and how sidecars are started on its machines.
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::reader::Section;
 pub(crate) use super::scaling::read_scaling_and_policies;
 use super::scaling::{PoolPolicy, ScalingConfig};
 use super::sidecar::{SidecarConfig, read_sidecar};
+use super::sources::ProvisionerConfig;
 use super::{read_secret, values};
-use crate::core::reconcile::OrphanPolicy;
 use crate::core::schedule::PolicyEntry;
-use crate::provisioner::Timeouts;
 use crate::secret::Secret;
 
 /// A pool: one upstream runner identity and the sidecars that serve its jobs.
@@ -40,30 +38,6 @@ pub struct PoolConfig {
     /// the `[pools.scaling]` ones.
     pub policies: Vec<PolicyEntry>,
     pub sidecar: Option<SidecarConfig>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ProvisionerConfig {
-    /// The source's name (`default` for `[pools.provisioner]`), carried as the machines'
-    /// `autoscaler-source` label.
-    pub name: String,
-    /// Most live machines from this source; beyond it, machines come from the next source.
-    pub max_machines: Option<u32>,
-    /// After the provider reclaims one of this source's machines (spot), new machines come
-    /// from the next sources for this long.
-    pub reclaim_cooldown: Option<Duration>,
-    pub command: PathBuf,
-    pub env: BTreeMap<String, String>,
-    pub max_concurrency: usize,
-    /// Machine creations per second (token bucket refill) and how many at once.
-    pub create_rate: f64,
-    pub create_burst: u32,
-    pub orphan_policy: OrphanPolicy,
-    pub timeouts: Timeouts,
-    /// Longest from the create request to `running` at the provider.
-    pub boot_timeout: Duration,
-    pub reconcile_interval: Duration,
-    pub user_data: Option<String>,
 }
 
 impl PoolConfig {
@@ -134,8 +108,4 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
         sidecar: sidecar.flatten(),
     })
-}
-
-pub(super) fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
-    s.parsed(key, values::duration).unwrap_or(default)
 }

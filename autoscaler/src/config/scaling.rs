@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::pool::duration_or;
 use super::reader::Section;
 use super::values;
+use super::values::duration_or;
 use crate::core::scaler::{ScalePolicy, Strategy};
 use crate::core::schedule::PolicyEntry;
 

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::pool::duration_or;
 use super::reader::Section;
 use super::resolve;
+use super::values::duration_or;
 
 /// How the sidecar is started on a machine.
 #[derive(Debug, Clone)]

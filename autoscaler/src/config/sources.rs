@@ -5,11 +5,35 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::pool::{ProvisionerConfig, duration_or};
 use super::reader::Section;
+use super::values::duration_or;
 use super::{resolve, values};
 use crate::core::reconcile::OrphanPolicy;
 use crate::provisioner::Timeouts;
+
+#[derive(Debug, Clone)]
+pub struct ProvisionerConfig {
+    /// The source's name (`default` for `[pools.provisioner]`), carried as the machines'
+    /// `autoscaler-source` label.
+    pub name: String,
+    /// Most live machines from this source; beyond it, machines come from the next source.
+    pub max_machines: Option<u32>,
+    /// After the provider reclaims one of this source's machines (spot), new machines come
+    /// from the next sources for this long.
+    pub reclaim_cooldown: Option<Duration>,
+    pub command: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub max_concurrency: usize,
+    /// Machine creations per second (token bucket refill) and how many at once.
+    pub create_rate: f64,
+    pub create_burst: u32,
+    pub orphan_policy: OrphanPolicy,
+    pub timeouts: Timeouts,
+    /// Longest from the create request to `running` at the provider.
+    pub boot_timeout: Duration,
+    pub reconcile_interval: Duration,
+    pub user_data: Option<String>,
+}
 
 /// `[pools.provisioner]` (one source, `default`) or `[[pools.sources]]` (several, tried in
 /// order): `None` when the pool has neither (static), `Some(empty)` when they do not read.

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use figment::value::Value;
 
+use super::reader::Section;
+
 /// A duration: a humantime string (`"30s"`, `"5m"`, `"1h 30m"`) or a whole number of seconds.
 pub fn duration(value: &Value) -> Result<Duration, String> {
     if let Some(n) = value.to_u128() {
@@ -85,6 +87,12 @@ pub fn pool_name(name: &str) -> Result<(), String> {
             "{name:?} is not a valid pool name (1-63 of a-z 0-9 - _, starting with a letter or digit)"
         ))
     }
+}
+
+/// The duration at `key`, or `default` when it is absent (a value that does not parse is reported
+/// by `parsed` and the default used).
+pub(super) fn duration_or(s: &Section<'_>, key: &str, default: Duration) -> Duration {
+    s.parsed(key, duration).unwrap_or(default)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Serving the mirrored API connection by connection, with the limits that keep one machine
-//! from holding it for the others (`config::ConnectionLimits`): a cap on connections per source
+//! from holding it for the others (`ConnectionLimits`, read from `[server]`): a cap on connections per source
 //! address and overall (`admission`), a header read timeout (`head_timeout`), an idle keep-alive
 //! timeout (hyper's header read timer, which runs while a connection waits for its next request)
 //! and, with TLS, a handshake timeout. Each request carries its peer address as axum's
@@ -7,6 +7,7 @@
 
 mod admission;
 mod head_timeout;
+mod limits;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,8 +27,7 @@ use tokio_util::task::TaskTracker;
 
 pub use admission::{Admission, Ticket};
 use head_timeout::{EndsRequest, HeadDeadline, RequestPhase};
-
-use crate::config::ConnectionLimits;
+pub use limits::{ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 
 /// The longest a client may take to finish its TLS handshake (stock runners allow 10 s too).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

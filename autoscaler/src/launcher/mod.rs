@@ -26,6 +26,7 @@ pub use self::user_data::UserDataLauncher;
 use crate::core::SidecarId;
 use crate::inject::InjectError;
 use crate::secret::Secret;
+use crate::store::MachineRecord;
 
 /// Where a machine is and how it proves who it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +38,20 @@ pub struct LaunchTarget {
     /// `type base64` of the host key the machine must present; `None` accepts the first one seen
     /// (the controller then pins it).
     pub host_key: Option<String>,
+}
+
+impl LaunchTarget {
+    /// How to reach machine `m`, when the provider has said where it is.
+    pub fn of(m: &MachineRecord) -> Option<Self> {
+        let endpoint = m.endpoint.as_ref()?;
+        Some(Self {
+            machine_id: m.id.clone(),
+            host: endpoint.host.clone(),
+            port: endpoint.port,
+            user: endpoint.user.clone(),
+            host_key: m.host_key.as_ref().map(|h| h.key.clone()),
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

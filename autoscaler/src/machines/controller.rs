@@ -329,7 +329,7 @@ impl PoolController {
 
     /// Stops the sidecar (best effort), revokes its token, destroys the machine.
     async fn teardown(&self, m: &MachineRecord) {
-        if let Some(target) = super::launch::launch_target(m)
+        if let Some(target) = crate::launcher::LaunchTarget::of(m)
             && m.sidecar.is_some()
         {
             let stop = self.launcher.stop(&target, STOP_TIMEOUT);

@@ -90,7 +90,7 @@ impl PoolController {
                 other => Err(format!("the provider reports it {other:?}")),
             };
         }
-        let target = super::launch::launch_target(m).ok_or("it has no address")?;
+        let target = crate::launcher::LaunchTarget::of(m).ok_or("it has no address")?;
         match self.launcher.alive(&target, PROBE_TIMEOUT).await {
             Ok(true) => Ok(()),
             Ok(false) => Err("its sidecar process is gone".into()),

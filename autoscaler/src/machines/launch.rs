@@ -57,7 +57,7 @@ impl PoolController {
         if !self.launcher.connects() {
             return self.await_boot_sidecar(&m);
         }
-        let target = launch_target(&m).ok_or("the provider gave no address")?;
+        let target = LaunchTarget::of(&m).ok_or("the provider gave no address")?;
         let session = self
             .launcher
             .open(&target, self.ready_timeout)
@@ -124,16 +124,4 @@ impl PoolController {
         }
         Ok(())
     }
-}
-
-/// How to reach a machine, when the provider has said where it is.
-pub(super) fn launch_target(m: &MachineRecord) -> Option<LaunchTarget> {
-    let endpoint = m.endpoint.as_ref()?;
-    Some(LaunchTarget {
-        machine_id: m.id.clone(),
-        host: endpoint.host.clone(),
-        port: endpoint.port,
-        user: endpoint.user.clone(),
-        host_key: m.host_key.as_ref().map(|h| h.key.clone()),
-    })
 }

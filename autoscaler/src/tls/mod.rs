@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ConnectionLimits;
+use crate::conn::ConnectionLimits;
 
 pub use crate::conn::HANDSHAKE_TIMEOUT;
 pub use load::{TlsError, certified_key, read_certificates, relay_ca_pem, to_pem};
