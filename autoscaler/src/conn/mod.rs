@@ -1,8 +1,8 @@
 //! Serving the mirrored API connection by connection, with the limits that keep one machine
-//! from holding it for the others (`ConnectionLimits`, read from `[server]`): a cap on connections per source
-//! address and overall (`admission`), a header read timeout (`head_timeout`), an idle keep-alive
-//! timeout (hyper's header read timer, which runs while a connection waits for its next request)
-//! and, with TLS, a handshake timeout. Each request carries its peer address as axum's
+//! from holding it for the others (`ConnectionLimits`, read from `[server]`): a cap on
+//! connections per source address and overall (`admission`), a header read timeout
+//! (`head_timeout`), an idle keep-alive timeout (hyper's header read timer, which runs while a
+//! connection waits for its next request) and, with TLS, a handshake timeout. Each request carries its peer address as axum's
 //! `ConnectInfo`.
 
 mod admission;

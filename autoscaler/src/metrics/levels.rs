@@ -35,16 +35,16 @@ struct SlotLabels {
     state: String,
 }
 
+/// Each sidecar's jobs, counted once per scrape for both the machine and the slot levels.
+type Load = HashMap<crate::core::SidecarId, SidecarLoad>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolOnly {
     pool: String,
 }
 
 /// Whether the sidecar `sidecar` holds a job (handed out or running).
-fn has_jobs(
-    load: &HashMap<crate::core::SidecarId, SidecarLoad>,
-    sidecar: Option<crate::core::SidecarId>,
-) -> bool {
+fn has_jobs(load: &Load, sidecar: Option<crate::core::SidecarId>) -> bool {
     sidecar
         .and_then(|s| load.get(&s))
         .is_some_and(|l| l.assigned + l.running > 0)
@@ -68,9 +68,8 @@ impl Levels {
     /// Machines by state, except that a draining machine still running jobs counts as `busy`:
     /// with `max_use_count = 1` every machine drains from its first job on, and a utilisation
     /// panel must see it busy. That it retires is [`Levels::retiring`].
-    fn machines(&self) -> Family<MachineLabels, Gauge> {
+    fn machines(&self, load: &Load) -> Family<MachineLabels, Gauge> {
         let family = Family::<MachineLabels, Gauge>::default();
-        let load = self.jobs.load_by_sidecar();
         for (pool, machines) in &self.machines {
             let labels = |state: MachineState| MachineLabels {
                 pool: pool.clone(),
@@ -83,7 +82,7 @@ impl Levels {
                 let _ = family.get_or_create(&labels(state));
             }
             for m in machines.snapshot().iter().filter(|m| !m.state.is_gone()) {
-                let shown = if m.state == MachineState::Draining && has_jobs(&load, m.sidecar) {
+                let shown = if m.state == MachineState::Draining && has_jobs(load, m.sidecar) {
                     MachineState::Busy
                 } else {
                     m.state
@@ -112,9 +111,9 @@ impl Levels {
 
     /// Slots of the machines that take jobs: busy (a job started), reserved (a job handed out
     /// and not yet started), idle (what is left of the machine's capacity and uses).
-    fn slots(&self) -> Family<SlotLabels, Gauge> {
+    fn slots(&self, load: &Load) -> Family<SlotLabels, Gauge> {
         let family = Family::<SlotLabels, Gauge>::default();
-        let load = self.jobs.load_by_sidecar();
+
         for pool in &self.pools {
             let Some(machines) = self.machines.get(pool.name()) else {
                 continue;
@@ -187,11 +186,12 @@ fn emit(
 
 impl Collector for Levels {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let load = self.jobs.load_by_sidecar();
         emit(
             &mut encoder,
             "autoscaler_machines",
             "Machines by pool, source, class and state (gone ones not counted)",
-            &self.machines(),
+            &self.machines(&load),
         )?;
         emit(
             &mut encoder,
@@ -203,7 +203,7 @@ impl Collector for Levels {
             &mut encoder,
             "autoscaler_job_slots",
             "Job slots of the machines taking jobs: idle, reserved (handed a job not yet started), busy",
-            &self.slots(),
+            &self.slots(&load),
         )?;
         emit(
             &mut encoder,

@@ -28,6 +28,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::core::scaler::Reason;
+
 pub use layer::record_request;
 pub use levels::Levels;
 pub use machines::watch_machines;
@@ -54,28 +56,29 @@ pub struct FailureLabels {
 /// `create_lost` (a create produced no machine).
 pub const FAILURE_REASONS: [&str; 3] = ["failed", "vanished", "create_lost"];
 
-/// The scale actions and the reasons each is taken for: every pair exists from start-up.
-const SCALE_ACTIONS: [(&str, &[&str]); 4] = [
+/// The scale actions and the planner's reasons each is taken for: every pair exists from
+/// start-up. Written as `Reason`s, so that the codes are the planner's own.
+const SCALE_ACTIONS: [(&str, &[Reason]); 4] = [
     (
         "create",
         &[
-            "waiting_jobs",
-            "idle_target",
-            "demand_forecast",
-            "gitlab_queue",
+            Reason::WaitingJobs,
+            Reason::IdleTarget,
+            Reason::DemandForecast,
+            Reason::GitlabQueue,
         ],
     ),
-    ("blocked", &["provisioner_paused"]),
-    ("drain", &["max_use", "max_age"]),
+    ("blocked", &[Reason::ProvisionerPaused]),
+    ("drain", &[Reason::MaxUse, Reason::MaxAge]),
     (
         "destroy",
         &[
-            "idle_timeout",
-            "max_use",
-            "max_age",
-            "drained",
-            "demand_fell",
-            "billing_period_end",
+            Reason::IdleTimeout,
+            Reason::MaxUse,
+            Reason::MaxAge,
+            Reason::Drained,
+            Reason::DemandFell,
+            Reason::BillingPeriodEnd,
         ],
     ),
 ];
@@ -343,7 +346,7 @@ impl Metrics {
         }
         for (action, reasons) in SCALE_ACTIONS {
             for reason in reasons {
-                self.scale_action(pool, action, reason, 0);
+                self.scale_action(pool, action, reason.code(), 0);
             }
         }
     }

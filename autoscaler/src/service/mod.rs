@@ -121,8 +121,6 @@ pub async fn run_with(
     );
     for pool in &pools {
         metrics.register_pool(pool.name());
-    }
-    for pool in &pools {
         let info = crate::intake::presented_info(&sidecars, pool);
         verify_pool(upstream.as_ref(), pool, &info).await?;
     }
