@@ -42,13 +42,17 @@ struct Prepared {
     dir: tempfile::TempDir,
 }
 
-/// The same, with the autoscaler running.
+/// The same, with the autoscaler running. Fields drop in the order written, and that order is
+/// the clean-up: the autoscaler stops, the guard destroys the machines it left, and only then is
+/// the directory holding them removed (removed first, the guard finds no machine to destroy and
+/// their sidecars outlive the test). Tests borrow from a `Rig`; they never destructure it, since
+/// bindings drop in the reverse order of the pattern.
 struct Rig {
+    autoscaler: Autoscaler,
+    _guard: LocalMachinesGuard,
     gitlab: FakeGitLab,
     pool: PoolSpec,
     machines_root: PathBuf,
-    autoscaler: Autoscaler,
-    _guard: LocalMachinesGuard,
     _dir: tempfile::TempDir,
 }
 
@@ -81,11 +85,11 @@ impl Prepared {
         )
         .await?;
         Ok(Rig {
+            autoscaler,
+            _guard: self.guard,
             gitlab: self.gitlab,
             pool: self.pool,
             machines_root: self.machines_root,
-            autoscaler,
-            _guard: self.guard,
             _dir: self.dir,
         })
     }
@@ -94,23 +98,20 @@ impl Prepared {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_own() -> Result<()> {
     // Two machines kept idle: the one removed at the provider is replaced.
-    // Every field is bound: one left to `..` would be dropped here (the fake GitLab stopped,
-    // the machines and the state directory removed).
-    let Rig {
-        gitlab: _gitlab,
-        pool,
-        machines_root,
-        autoscaler,
-        _guard,
-        _dir,
-    } = prepare(
+    let rig = prepare(
         "metered",
         "max_machines = 2\nidle_count = 1\nidle_time = \"60s\"\nstrategy = \"idle\"",
     )
     .await?
     .start()
     .await?;
-    let first = Scrape::get(&autoscaler).await?;
+    let Rig {
+        autoscaler,
+        pool,
+        machines_root,
+        ..
+    } = &rig;
+    let first = Scrape::get(autoscaler).await?;
     let pool_label = format!("pool=\"{}\"", pool.name);
     for name in PER_POOL {
         ensure!(
@@ -147,7 +148,7 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
         .find(|m| m.state == MachineState::Ready)
         .context("no ready machine")?;
     let provider_id = victim.provider_id.clone().context("no provider id")?;
-    destroy_at_provider(&machines_root, &provider_id)?;
+    destroy_at_provider(machines_root, &provider_id)?;
     let gone = autoscaler
         .wait_machines(WITHIN, "the removed machine gone", |l| {
             l.iter()
@@ -170,14 +171,14 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
             .is_some_and(|r| r.starts_with("vanished at the provider")),
         "the record does not say the machine vanished: {record:?}"
     );
-    wait_for(&autoscaler, WITHIN, "a vanished machine counted", |s| {
+    wait_for(autoscaler, WITHIN, "a vanished machine counted", |s| {
         s.sum(
             "autoscaler_machine_failures_total",
             &[("pool", &pool.name), ("reason", "vanished")],
         ) == 1.0
     })
     .await?;
-    let after = Scrape::get(&autoscaler).await?;
+    let after = Scrape::get(autoscaler).await?;
     ensure!(
         after.sum(
             "autoscaler_machine_failures_total",
@@ -191,20 +192,19 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
-    let Rig {
-        gitlab,
-        pool,
-        autoscaler,
-        machines_root: _,
-        _guard,
-        _dir,
-    } = prepare(
+    let rig = prepare(
         "oneshot",
         "max_machines = 1\nmax_use_count = 1\nidle_time = \"60s\"",
     )
     .await?
     .start()
     .await?;
+    let Rig {
+        autoscaler,
+        gitlab,
+        pool,
+        ..
+    } = &rig;
     // Long enough to be scraped while it runs; it is canceled once seen.
     let job = JobSpec::new(
         &pool.upstream_token,
@@ -213,7 +213,7 @@ async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
     let id = gitlab.control.enqueue(&job).await?.id;
     gitlab.wait_started(id, WITHIN).await?;
     let name = pool.name.as_str();
-    let scrape = wait_for(&autoscaler, WITHIN, "the job's machine busy", |s| {
+    let scrape = wait_for(autoscaler, WITHIN, "the job's machine busy", |s| {
         s.sum("autoscaler_job_slots", &[("pool", name), ("state", "busy")]) == 1.0
     })
     .await?;
@@ -259,14 +259,13 @@ async fn the_wait_reported_includes_the_time_pending_at_gitlab() -> Result<()> {
     );
     let job = JobSpec::new(&prepared.pool.upstream_token, &["echo waited"]);
     let id = prepared.gitlab.control.enqueue(&job).await?.id;
+    let rig = prepared.start().await?;
     let Rig {
+        autoscaler,
         gitlab,
         pool,
-        autoscaler,
-        machines_root: _,
-        _guard,
-        _dir,
-    } = prepared.start().await?;
+        ..
+    } = &rig;
     gitlab.control.wait_final(id, WITHIN).await?;
     let waits: serde_json::Value = autoscaler
         .admin_get("/waits")
@@ -293,7 +292,7 @@ async fn the_wait_reported_includes_the_time_pending_at_gitlab() -> Result<()> {
         total == at_gitlab.zip(here).map(|(a, b)| a + b),
         "the whole wait is not the sum of its parts: {wait}"
     );
-    let scrape = Scrape::get(&autoscaler).await?;
+    let scrape = Scrape::get(autoscaler).await?;
     let name = pool.name.as_str();
     ensure!(
         scrape.sum("autoscaler_job_wait_gitlab_seconds_sum", &[("pool", name)]) >= 2.0
