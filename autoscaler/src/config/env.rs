@@ -4,6 +4,11 @@
 //! are addressed by name: `AUTOSCALER_POOLS__DEFAULT__UPSTREAM_TOKEN=glrt-...` sets
 //! `upstream_token` of the pool named `default` (names are matched in lower case, `-` may be
 //! written `_`). Values are parsed like TOML scalars (`8` is a number, `true` a boolean).
+//!
+//! Key paths are matched in lower case, but the names below an `env` table are environment
+//! variables of a provisioner, kept as written:
+//! `AUTOSCALER_POOLS__LINUX__PROVISIONER__ENV__AWS_REGION=eu-west-1`. The command line's own
+//! variables (`AUTOSCALER_CONFIG`, the admin CLI's) share the prefix and are not overrides.
 
 use std::str::FromStr;
 
@@ -12,6 +17,14 @@ use figment::value::{Dict, Tag, Value};
 use super::reader::Problems;
 
 const PREFIX: &str = "AUTOSCALER_";
+
+/// Variables of the command line (`cli/`) that share the prefix: they choose the file or the
+/// admin API, and are no configuration key.
+const COMMAND_LINE_VARIABLES: &[&str] = &[
+    "AUTOSCALER_CONFIG",
+    "AUTOSCALER_ADMIN_URL",
+    "AUTOSCALER_ADMIN_TOKEN_FILE",
+];
 
 pub fn apply_overrides(
     dict: &mut Dict,
@@ -22,7 +35,10 @@ pub fn apply_overrides(
         let Some(rest) = key.strip_prefix(PREFIX) else {
             continue;
         };
-        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if COMMAND_LINE_VARIABLES.contains(&key.as_str()) {
+            continue;
+        }
+        let path = key_path(rest);
         if path.iter().any(String::is_empty) {
             problems.add(format!("env {key}"), "has an empty segment");
             continue;
@@ -34,6 +50,21 @@ pub fn apply_overrides(
             set(dict, &path, value);
         }
     }
+}
+
+/// `SERVER__LISTEN` → `["server", "listen"]`; segments below an `env` table keep their case.
+fn key_path(rest: &str) -> Vec<String> {
+    let mut below_env = false;
+    rest.split("__")
+        .map(|segment| {
+            if below_env {
+                return segment.to_string();
+            }
+            let lower = segment.to_ascii_lowercase();
+            below_env = lower == "env";
+            lower
+        })
+        .collect()
 }
 
 fn apply_pool_override(

@@ -203,6 +203,28 @@ impl Config {
     }
 }
 
+/// Every key path the reader asks for while reading the file at `path` (array indices dropped:
+/// `pools.scaling.idle_count`), whether the file has it or not, and whatever problems it has.
+/// A file with every table in it names every key; the book's reference is checked against it.
+pub fn keys_asked(path: &Path) -> Result<std::collections::BTreeSet<String>, ConfigError> {
+    let fail = |message: String| ConfigError {
+        source_name: path.display().to_string(),
+        problems: vec![Problem {
+            path: "(file)".into(),
+            message,
+        }],
+    };
+    let dict = match Figment::from(Toml::file_exact(path)).extract::<Value>() {
+        Ok(Value::Dict(_, d)) => d,
+        Ok(_) => Dict::new(),
+        Err(e) => return Err(fail(format!("is not valid TOML: {}", e.kind))),
+    };
+    let problems = Problems::default();
+    let base_dir = path.parent().unwrap_or(Path::new("."));
+    read(&dict, base_dir, path, &problems);
+    Ok(problems.into_asked())
+}
+
 /// A secret given inline (`key`) or in a file (`key_file`, first line, trimmed). Inline secrets
 /// are allowed because environment overrides are the usual way to inject them.
 pub(super) fn read_secret(

@@ -21,20 +21,44 @@ impl fmt::Display for Problem {
     }
 }
 
-/// The problems found so far. Shared by all sections of one read.
+/// The problems found so far, and every key asked for, present or not. Shared by all sections
+/// of one read.
 #[derive(Debug, Default)]
-pub struct Problems(RefCell<Vec<Problem>>);
+pub struct Problems {
+    found: RefCell<Vec<Problem>>,
+    asked: RefCell<BTreeSet<String>>,
+}
 
 impl Problems {
     pub fn add(&self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.borrow_mut().push(Problem {
+        self.found.borrow_mut().push(Problem {
             path: path.into(),
             message: message.into(),
         });
     }
 
     pub fn into_vec(self) -> Vec<Problem> {
-        self.0.into_inner()
+        self.found.into_inner()
+    }
+
+    /// The key paths asked for, with array indices dropped (`pools.scaling.idle_count`): the
+    /// keys this reader knows, which the book's configuration reference is checked against.
+    pub fn into_asked(self) -> BTreeSet<String> {
+        self.asked.into_inner()
+    }
+
+    fn note_asked(&self, path: &str) {
+        let mut key = String::with_capacity(path.len());
+        let mut in_index = false;
+        for c in path.chars() {
+            match c {
+                '[' => in_index = true,
+                ']' => in_index = false,
+                _ if !in_index => key.push(c),
+                _ => {}
+            }
+        }
+        self.asked.borrow_mut().insert(key);
     }
 }
 
@@ -76,6 +100,7 @@ impl<'a> Section<'a> {
 
     fn raw(&self, key: &str) -> Option<&'a Value> {
         self.used.borrow_mut().insert(key.to_string());
+        self.problems.note_asked(&self.path_of(key));
         self.dict.get(key)
     }
 
@@ -95,6 +120,7 @@ impl<'a> Section<'a> {
     pub fn required<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
         if !self.dict.contains_key(key) {
             self.used.borrow_mut().insert(key.to_string());
+            self.problems.note_asked(&self.path_of(key));
             self.problem(key, "is required");
             return None;
         }
@@ -218,5 +244,19 @@ mod tests {
         root.finish();
         let paths: Vec<String> = problems.into_vec().into_iter().map(|p| p.path).collect();
         assert_eq!(paths, ["a", "missing", "t.n", "list[1].bad", "extra"]);
+    }
+
+    #[test]
+    fn remembers_every_key_asked_without_indices() {
+        let d = dict("[[list]]\nk = 1\n[[list]]\nk = 2\n");
+        let problems = Problems::default();
+        let root = Section::root(&d, &problems);
+        let _absent: Option<u32> = root.optional("absent");
+        for item in root.tables("list") {
+            let _k: Option<u32> = item.optional("k");
+            let _t = item.table("sub");
+        }
+        let asked: Vec<String> = problems.into_asked().into_iter().collect();
+        assert_eq!(asked, ["absent", "list", "list.k", "list.sub"]);
     }
 }

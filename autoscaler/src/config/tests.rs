@@ -105,6 +105,41 @@ fn environment_overrides_tables_and_pools_by_name() {
 }
 
 #[test]
+fn the_command_lines_own_variables_are_not_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        "AUTOSCALER_CONFIG",
+        "AUTOSCALER_ADMIN_URL",
+        "AUTOSCALER_ADMIN_TOKEN_FILE",
+    ]
+    .map(|k| (k.to_string(), "/somewhere".to_string()));
+    let loaded = Config::load(&write(&dir, MINIMAL), env);
+    assert!(loaded.is_ok(), "{}", loaded.unwrap_err());
+}
+
+#[test]
+fn provisioner_variables_set_from_the_environment_keep_their_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = dir.path().join("provisioner");
+    std::fs::write(&command, "#!/bin/sh\n").unwrap();
+    let text = format!(
+        "{MINIMAL}[pools.provisioner]\ncommand = {:?}\nenv = {{ Region = \"a\" }}\n[pools.sidecar]\nmode = \"builtin\"\n",
+        command.display().to_string()
+    );
+    let env = vec![(
+        "AUTOSCALER_POOLS__DEFAULT__PROVISIONER__ENV__AWS_REGION".to_string(),
+        "eu-west-1".to_string(),
+    )];
+    let c = Config::load(&write(&dir, &text), env).unwrap();
+    let sources = &c.pools[0].sources;
+    assert_eq!(
+        sources[0].env.get("AWS_REGION").map(String::as_str),
+        Some("eu-west-1")
+    );
+    assert_eq!(sources[0].env.get("Region").map(String::as_str), Some("a"));
+}
+
+#[test]
 fn environment_override_of_unknown_pool_or_key_is_a_problem() {
     let dir = tempfile::tempdir().unwrap();
     let env = vec![
