@@ -118,17 +118,23 @@ pub(super) fn read_sidecar(s: Section<'_>, base_dir: &Path) -> Option<SidecarCon
             None
         }
     };
-    let config = SidecarConfig {
+    // Every key is read before a bad mode or start ends the table, so that one run of
+    // check-config names every problem of it.
+    let ready_command = s.optional("ready_command");
+    let ready_timeout = duration_or(&s, "ready_timeout", Duration::from_secs(300));
+    let silence_timeout = duration_or(&s, "silence_timeout", Duration::from_secs(45));
+    let token_binding = super::token_binding::read_token_binding(&s);
+    let job_user = super::job_user::read_job_user(&s, mode_name == "builtin");
+    s.finish();
+    Some(SidecarConfig {
         mode: mode?,
         start: start?,
         binary,
         remote_dir,
-        ready_command: s.optional("ready_command"),
-        ready_timeout: duration_or(&s, "ready_timeout", Duration::from_secs(300)),
-        silence_timeout: duration_or(&s, "silence_timeout", Duration::from_secs(45)),
-        token_binding: super::token_binding::read_token_binding(&s),
-        job_user: super::job_user::read_job_user(&s, mode_name == "builtin"),
-    };
-    s.finish();
-    Some(config)
+        ready_command,
+        ready_timeout,
+        silence_timeout,
+        token_binding,
+        job_user,
+    })
 }

@@ -472,3 +472,20 @@ fn an_admin_api_off_loopback_needs_a_token_file() {
     let admin = c.admin.unwrap();
     assert!(admin.listen.ip().is_loopback() && admin.token.is_none());
 }
+
+#[test]
+fn a_bad_sidecar_mode_does_not_hide_the_tables_other_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{MINIMAL}[pools.sidecar]\nmode = \"podman\"\nready_timeout = \"soon\"\ncolour = \"red\"\n"
+    );
+    let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let paths: Vec<&str> = err.problems.iter().map(|p| p.path.as_str()).collect();
+    for wanted in [
+        "pools[0].sidecar.mode",
+        "pools[0].sidecar.ready_timeout",
+        "pools[0].sidecar.colour",
+    ] {
+        assert!(paths.contains(&wanted), "{wanted} missing from {paths:?}");
+    }
+}
