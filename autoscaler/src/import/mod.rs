@@ -190,7 +190,7 @@ fn global(root: &Source<'_>, pools: &[Pool], config: &mut Table, report: &mut Re
     );
     root.drop(
         "listen_address",
-        "no Prometheus endpoint here yet; the admin API ([admin] listen) reports pools and machines",
+        "metrics are served by the admin API: GET /metrics on [admin] listen",
         &mut report.not_carried,
     );
     root.rest(

@@ -58,6 +58,7 @@ pub(super) fn rig_launching(
         boot_timeout: Duration::from_secs(600),
         ready_timeout: Duration::from_secs(300),
         orphans: OrphanPolicy::Destroy,
+        needs_machine_user_data: false,
     };
     let sources = vec![SourceSpec::single(provider.clone(), 100.0, 100)];
     let machines = PoolMachines::load(settings, sources, store.clone(), clock.clone()).unwrap();

@@ -62,6 +62,9 @@ pub struct MachinesSettings {
     pub boot_timeout: Duration,
     pub ready_timeout: Duration,
     pub orphans: OrphanPolicy,
+    /// Sidecars start from each machine's own user-data (`start = "user_data"`): a provisioner
+    /// must declare `machine_user_data`, or its machines would never start one.
+    pub needs_machine_user_data: bool,
 }
 
 #[derive(Debug)]

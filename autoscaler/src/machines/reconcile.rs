@@ -5,6 +5,7 @@ use super::lifecycle::Reclaim;
 use super::{MachinesError, PoolMachines, sources};
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::core::reconcile::{self, Action, Known, Listed};
+use crate::provisioner::Capabilities;
 
 impl PoolMachines {
     /// One reconcile pass per source: `list` against what we know, and the actions that
@@ -26,6 +27,7 @@ impl PoolMachines {
     ) -> Result<Vec<Reclaim>, MachinesError> {
         if let Ok(info) = source.provisioner().info().await {
             source.set_batch(info.capabilities.batch_size());
+            self.judge_fitness(source, &info.capabilities);
         }
         let listed = match source.provisioner().list(self.owner_labels()).await {
             Ok(listed) => {
@@ -96,6 +98,26 @@ impl PoolMachines {
                 (!leaving).then_some(Reclaim { machine, notice })
             })
             .collect()
+    }
+
+    /// A pool whose sidecars start from user-data cannot use a provisioner that ignores each
+    /// machine's own user-data: its machines would boot, never start a sidecar, and fail after
+    /// `ready_timeout`. Such a source makes no machine, and says so once.
+    fn judge_fitness(&self, source: &sources::Source, capabilities: &Capabilities) {
+        let lacking = self.settings.needs_machine_user_data && !capabilities.machine_user_data;
+        let why = lacking.then(|| {
+            "start = \"user_data\" needs a provisioner that declares the machine_user_data capability, and this one does not".to_string()
+        });
+        if source.set_unfit(why.clone()) {
+            match why {
+                Some(why) => {
+                    tracing::error!(pool = %self.pool(), source = source.name(), reason = %why, "source makes no machine: its provisioner cannot start this pool's sidecars")
+                }
+                None => {
+                    tracing::info!(pool = %self.pool(), source = source.name(), "source makes machines again: its provisioner now declares machine_user_data")
+                }
+            }
+        }
     }
 
     /// A reclaimed machine leaves service at once (`Failed`): it is destroyed, and a running

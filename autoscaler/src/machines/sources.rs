@@ -53,6 +53,9 @@ pub(super) struct Source {
     /// The provisioner asked to retry later (exit 75: rate limited, no capacity): no creation
     /// is asked of it before this time, so that the next source takes the demand meanwhile.
     retry_at: AtomicU64,
+    /// Why its provisioner cannot make this pool's machines (its `info` lacks a capability the
+    /// pool needs): no creation is asked of it until an `info` shows the capability.
+    unfit: Mutex<Option<String>>,
 }
 
 /// How long a source that said "retry later" without a time is left alone.
@@ -75,6 +78,7 @@ impl Source {
             guards: Mutex::new(guards),
             batch: AtomicU32::new(1),
             retry_at: AtomicU64::new(0),
+            unfit: Mutex::new(None),
         }
     }
 
@@ -99,6 +103,22 @@ impl Source {
         self.guards().breaker.state(now)
     }
 
+    /// Records why the provisioner cannot make the pool's machines (`None`: it can); true when
+    /// that changed, so that the change is logged once.
+    pub fn set_unfit(&self, why: Option<String>) -> bool {
+        let mut unfit = self.unfit.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = *unfit != why;
+        *unfit = why;
+        changed
+    }
+
+    fn is_unfit(&self) -> bool {
+        self.unfit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
     pub fn set_batch(&self, n: u32) {
         self.batch.store(n.max(1), Ordering::Relaxed);
     }
@@ -116,6 +136,9 @@ impl Source {
             .map_or(wanted, |max| max.saturating_sub(live).min(wanted));
         if room == 0 {
             return Grant::Full;
+        }
+        if self.is_unfit() {
+            return Grant::Unfit;
         }
         if now < self.retry_at.load(Ordering::Relaxed) {
             return Grant::Throttled;
@@ -141,6 +164,8 @@ pub(super) enum Grant {
     Paused,
     /// Its creation rate is used up for now.
     Throttled,
+    /// Its provisioner lacks a capability the pool needs.
+    Unfit,
 }
 
 impl Grant {
@@ -150,6 +175,7 @@ impl Grant {
             Grant::Full => "at its max_machines",
             Grant::Paused => "paused (its provisioner keeps failing)",
             Grant::Throttled => "at its create_rate, or it asked to retry later",
+            Grant::Unfit => "its provisioner lacks a capability the pool needs",
         }
     }
 }

@@ -45,6 +45,7 @@ fn rig(shared: bool) -> Rig {
         boot_timeout: Duration::from_secs(600),
         ready_timeout: Duration::from_secs(300),
         orphans: OrphanPolicy::Destroy,
+        needs_machine_user_data: false,
     };
     let machines = PoolMachines::load(
         settings,

@@ -27,6 +27,7 @@ fn settings(orphans: OrphanPolicy) -> MachinesSettings {
         boot_timeout: Duration::from_secs(600),
         ready_timeout: Duration::from_secs(300),
         orphans,
+        needs_machine_user_data: false,
     }
 }
 
@@ -422,4 +423,30 @@ async fn a_machine_the_provider_reclaims_leaves_service_at_the_next_reconcile() 
         MachineState::Booting,
         "the other machine is left alone"
     );
+}
+
+/// With `start = "user_data"`, a provisioner that ignores each machine's user-data would make
+/// machines that never start a sidecar: it is asked for none.
+#[tokio::test]
+async fn a_provisioner_without_machine_user_data_makes_no_machine_for_a_user_data_pool() {
+    let provider = Arc::new(FakeProvisioner::new(true));
+    provider.drop_machine_user_data();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(MemoryStore::new());
+    let settings = MachinesSettings {
+        needs_machine_user_data: true,
+        ..settings(OrphanPolicy::Destroy)
+    };
+    let machines = PoolMachines::load(settings, sources(&provider), store, clock).unwrap();
+    machines.reconcile().await.unwrap();
+    assert_eq!(machines.create(2).await.unwrap(), 0);
+    assert_eq!(provider.calls().0, 0, "the provisioner was asked to create");
+}
+
+#[tokio::test]
+async fn a_provisioner_without_machine_user_data_serves_an_ssh_pool() {
+    let r = rig(true, OrphanPolicy::Destroy);
+    r.provider.drop_machine_user_data();
+    r.machines.reconcile().await.unwrap();
+    assert_eq!(r.machines.create(1).await.unwrap(), 1);
 }

@@ -32,6 +32,9 @@ struct State {
     list_failures: VecDeque<ProvisionerError>,
     /// New machines start `running` (else `creating` until `set_state`).
     start_running: bool,
+    /// `info` does not declare `machine_user_data`, as a provisioner that ignores each
+    /// machine's own user-data.
+    without_machine_user_data: bool,
     creates: u64,
     destroys: u64,
 }
@@ -50,6 +53,11 @@ impl FakeProvisioner {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap()
+    }
+
+    /// `info` stops declaring `machine_user_data`.
+    pub fn drop_machine_user_data(&self) {
+        self.lock().without_machine_user_data = true;
     }
 
     pub fn fail_creates(&self, errors: impl IntoIterator<Item = ProvisionerError>) {
@@ -114,6 +122,7 @@ impl FakeProvisioner {
 impl Provisioner for FakeProvisioner {
     fn info(&self) -> BoxFuture<'_, Result<Info>> {
         Box::pin(async {
+            let machine_user_data = !self.lock().without_machine_user_data;
             Ok(Info {
                 protocol: 1,
                 name: "fake".into(),
@@ -122,7 +131,7 @@ impl Provisioner for FakeProvisioner {
                     batch_create: true,
                     max_batch: Some(5),
                     host_key: false,
-                    machine_user_data: true,
+                    machine_user_data,
                 },
             })
         })

@@ -87,6 +87,7 @@ pub(super) fn machine_controllers(
             boot_timeout: p.boot_timeout,
             ready_timeout: sidecar.ready_timeout,
             orphans: p.orphan_policy,
+            needs_machine_user_data: sidecar.start == SidecarStart::UserData,
         };
         let machines = PoolMachines::load(settings, sources, store.clone(), clock.clone())?;
         let injector = Injector::new(
