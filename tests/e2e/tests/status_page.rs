@@ -3,8 +3,8 @@
 //! would, is asked for the token, and then shows every machine, the job waiting and those
 //! running, and the hour's waits, refreshing by itself with no error in its console.
 //!
-//! `STATUS_PAGE_SCREENSHOT=/abs/path.png` keeps a screenshot of the page (the README's is made
-//! so).
+//! `STATUS_PAGE_SCREENSHOT=/abs/path.png` keeps a screenshot of the page (the book's,
+//! `docs/src/operating/status-page.png`, is made so).
 
 use anyhow::{Context, Result, ensure};
 use autoscaler::core::machine::MachineState;

@@ -7,13 +7,16 @@
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
 //! - `bench`: a release build, then the benchmarks, written to `BENCHMARKS.md`;
+//! - `docs`: the book under `docs/`, built with mdBook (installed into `target/tools/`) into
+//!   `target/book/`;
 //! - `references`: the check that no file points outside the repository, alone;
 //! - `simulate`: every shipped workload under the demand-aware policy and the taskscaler
-//!   baseline, side by side, with the target checked (`--write`: into README.md; `--sweep`:
-//!   the baselines over a grid of their settings).
+//!   baseline, side by side, with the target checked (`--write`: into the book's
+//!   `docs/src/design/comparisons.md`; `--sweep`: the baselines over a grid of their settings).
 //!
 //! Each task installs what it needs and says what it runs, so a fresh machine needs only cargo.
 
+mod docs;
 mod leftovers;
 mod references;
 mod simulate;
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
         "demo" => demo(&rest),
         "chaos" => chaos(&rest),
         "bench" => bench(&rest),
+        "docs" => workspace_root().and_then(|root| docs::build(&root)),
         "references" => workspace_root().and_then(|root| references::check(&root)),
         "simulate" => run(
             "cargo",
@@ -39,7 +43,7 @@ fn main() -> ExitCode {
         .and_then(|root| simulate::simulate(&root, &rest)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo|chaos|bench|references|simulate> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write] [--pin-check])\n  references  check that no file points outside the repository\n  simulate  the workloads under both policies, side by side ([--write] [--sweep] [--seeds N])"
+                "usage: cargo xtask <test|demo|chaos|bench|docs|references|simulate> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write] [--pin-check])\n  docs   build the book into target/book/\n  references  check that no file points outside the repository\n  simulate  the workloads under both policies, side by side ([--write] [--sweep] [--seeds N])"
             );
             return ExitCode::from(2);
         }

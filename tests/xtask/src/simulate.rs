@@ -1,7 +1,8 @@
 //! `cargo xtask simulate`: every shipped workload (`deploy/simulate/workloads/`) under the
 //! demand-aware policy and under the taskscaler baseline written for it, side by side, with the
 //! target checked: p95 wait no worse than the baseline's and at least 30 % fewer idle
-//! machine-minutes. `--write` puts the table into README.md between its markers.
+//! machine-minutes. `--write` puts the table into the book's measured comparisons
+//! (`docs/src/design/comparisons.md`) between its markers.
 //!
 //! `--sweep` instead runs each baseline over a grid of its settings (the lines of the baseline
 //! marked `# sweep`: `idle_count`, `idle_time`, `scale_factor`) and prints, per workload, the
@@ -90,7 +91,7 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
     }
     print!("{table}");
     if args.iter().any(|a| a == "--write") {
-        write_readme(&root.join("README.md"), &table)?;
+        write_table(&root.join(COMPARISONS_PAGE), &table)?;
     }
     if !missed.is_empty() {
         bail!("the target is missed on: {}", missed.join(", "));
@@ -171,14 +172,17 @@ fn run(binary: &Path, workload: &Path, policy: &Path) -> Result<Run> {
 const BEGIN: &str = "<!-- simulate:begin (cargo xtask simulate --write) -->";
 const END: &str = "<!-- simulate:end -->";
 
-fn write_readme(readme: &Path, table: &str) -> Result<()> {
-    let text = std::fs::read_to_string(readme)?;
+/// The book's page of measured comparisons, which holds the table between the markers.
+const COMPARISONS_PAGE: &str = "docs/src/design/comparisons.md";
+
+fn write_table(page: &Path, table: &str) -> Result<()> {
+    let text = std::fs::read_to_string(page)?;
     let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("README.md lacks the markers {BEGIN} and {END}");
+        bail!("{COMPARISONS_PAGE} lacks the markers {BEGIN} and {END}");
     };
     let updated = format!("{}{BEGIN}\n{table}{}", &text[..a], &text[b..]);
-    std::fs::write(readme, updated)?;
-    eprintln!("README.md: table written");
+    std::fs::write(page, updated)?;
+    eprintln!("{COMPARISONS_PAGE}: table written");
     Ok(())
 }
 

@@ -1,0 +1,56 @@
+//! `cargo xtask docs`: the book under `docs/`, built with mdBook into `target/book/`. mdBook
+//! comes from crates.io at a pinned version, installed once into `target/tools/` (about four
+//! minutes on two cores, without its `serve` and `watch` features, which the build does not
+//! use). The book's checks (transcripts, configurations, the reference, help, links) are tests
+//! of `tests/docs` and run with every other test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+/// The mdBook release the book is built with.
+const MDBOOK_VERSION: &str = "0.5.4";
+
+pub fn build(root: &Path) -> Result<()> {
+    let mdbook = ensure_mdbook(root)?;
+    super::run(
+        mdbook.to_str().context("non-UTF-8 path")?,
+        &["build", "docs"],
+    )?;
+    eprintln!(
+        "xtask docs: the book is in {}",
+        root.join("target/book/index.html").display()
+    );
+    Ok(())
+}
+
+fn ensure_mdbook(root: &Path) -> Result<PathBuf> {
+    let tools = root.join("target/tools");
+    let mdbook = tools.join("bin/mdbook");
+    let installed = Command::new(&mdbook)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if installed.as_deref() == Some(&format!("mdbook v{MDBOOK_VERSION}")) {
+        return Ok(mdbook);
+    }
+    super::run(
+        "cargo",
+        &[
+            "install",
+            "--root",
+            tools.to_str().context("non-UTF-8 path")?,
+            "--locked",
+            "--force",
+            "--version",
+            MDBOOK_VERSION,
+            "--no-default-features",
+            "--features",
+            "search",
+            "mdbook",
+        ],
+    )?;
+    Ok(mdbook)
+}
