@@ -314,7 +314,8 @@ fn recovery_hint(e: &StoreError) -> Option<&'static str> {
 
 fn exit_code(e: &ServiceError) -> u8 {
     match e {
-        ServiceError::Store(StoreError::Io(_) | StoreError::Open { .. }) => exit::STORE_IO,
+        ServiceError::Store(StoreError::Io(_) | StoreError::Open { .. })
+        | ServiceError::RecordInstanceId { .. } => exit::STORE_IO,
         ServiceError::Store(_) => exit::STORE_DATA,
         ServiceError::TokenRejected { .. } => exit::TOKEN_REJECTED,
         ServiceError::Bind { .. } => exit::UNAVAILABLE,

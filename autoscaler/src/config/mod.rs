@@ -6,6 +6,7 @@
 mod classes;
 mod connections;
 mod env;
+pub mod instance;
 mod job_user;
 mod policy;
 pub(crate) mod pool;

@@ -489,3 +489,27 @@ fn a_bad_sidecar_mode_does_not_hide_the_tables_other_problems() {
         assert!(paths.contains(&wanted), "{wanted} missing from {paths:?}");
     }
 }
+
+#[test]
+fn the_instance_id_a_state_directory_recorded_outlives_a_renamed_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    super::instance::record(&state, "as-old-host").unwrap();
+    super::instance::record(&state, "as-ignored").unwrap();
+    let c = Config::load(&write(&dir, MINIMAL), no_env()).unwrap();
+    assert_eq!(c.server.instance_id, "as-old-host");
+
+    let same = MINIMAL.replace("[server]\n", "[server]\ninstance_id = \"as-old-host\"\n");
+    let c = Config::load(&write(&dir, &same), no_env()).unwrap();
+    assert_eq!(c.server.instance_id, "as-old-host");
+
+    let other = MINIMAL.replace("[server]\n", "[server]\ninstance_id = \"as-new\"\n");
+    let err = Config::load(&write(&dir, &other), no_env()).unwrap_err();
+    let problem = err
+        .problems
+        .iter()
+        .find(|p| p.path == "server.instance_id")
+        .expect("a changed instance id is a problem");
+    assert!(problem.message.contains("\"as-old-host\""), "{problem}");
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use figment::value::Dict;
 
+use super::instance;
 use super::reader::{Problems, Section};
 use super::{
     AdminConfig, Config, LogConfig, LogFormat, PoolConfig, ServerConfig, SshConfig, StateConfig,
@@ -24,6 +25,17 @@ pub(super) fn read(
     let root = Section::root(dict, problems);
     let server = read_server(root.table("server"), base_dir, problems);
     let state = read_state(root.table("state"), base_dir, &root);
+    let server = server.map(|mut server| {
+        let written = dict
+            .get("server")
+            .and_then(|v| v.as_dict())
+            .is_some_and(|d| d.contains_key("instance_id"));
+        if let Some(state) = &state {
+            server.instance_id =
+                instance::effective(&state.dir, server.instance_id, written, &root);
+        }
+        server
+    });
     let upstream = read_upstream(root.table("upstream"), &root);
     let log = read_log(root.table("log"));
     let ssh = root.table("ssh").map(|t| {
@@ -133,7 +145,8 @@ fn read_server(
 }
 
 /// The host name, which survives the loss of the state directory (so that the machines of a
-/// rebuilt autoscaler are still recognised as its own).
+/// rebuilt autoscaler are still recognised as its own). The id a state directory recorded wins
+/// over it (`instance.rs`), so that a renamed host or a moved directory keeps its machines.
 fn default_instance_id() -> String {
     let name = nix::unistd::gethostname()
         .ok()

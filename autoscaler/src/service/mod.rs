@@ -59,6 +59,11 @@ pub enum ServiceError {
     PoolSetup { pool: String, detail: String },
     #[error("server.tls: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("cannot record the instance id in {path}: {source}")]
+    RecordInstanceId {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The two signals of the shutdown protocol.
@@ -77,6 +82,14 @@ pub async fn run(config: Config, shutdown: Shutdown) -> Result<(), ServiceError>
     let store: Arc<dyn Store> = Arc::new(
         SledStore::open(&config.state.dir)?.with_flush_histogram(metrics.store_flush.clone()),
     );
+    crate::config::instance::record(&config.state.dir, &config.server.instance_id).map_err(
+        |source| ServiceError::RecordInstanceId {
+            path: crate::config::instance::recorded_path(&config.state.dir)
+                .display()
+                .to_string(),
+            source,
+        },
+    )?;
     let upstream: Arc<dyn Upstream> = Arc::new(HttpUpstream::new(&config.upstream)?);
     run_with(
         config,
