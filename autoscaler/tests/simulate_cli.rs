@@ -61,3 +61,28 @@ fn a_malformed_file_exits_64_naming_it() {
     );
     assert!(stderr.contains("provisioner: is required"), "{stderr}");
 }
+
+#[test]
+fn a_bad_replay_line_exits_64_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = dir.path().join("day.tsv");
+    std::fs::write(
+        &replay,
+        "ready\tduration\tproject\tpipeline\tstage\tname\tclass\n\
+         2026-11-23T08:00:00Z\t4m\tweb\t7\tbuild\tcompile\tdefault\n\
+         2026-11-23T08:04:00Z\tsoon\tweb\t7\ttest\trspec\tdefault\n",
+    )
+    .unwrap();
+    let out = autoscaler(&[
+        "simulate",
+        replay.to_str().unwrap(),
+        "--policy",
+        "deploy/simulate/policies/demand.toml",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("day.tsv: line 3: duration: \"soon\" is not a duration"),
+        "{stderr}"
+    );
+}

@@ -74,7 +74,10 @@ enum Command {
     /// Run a workload through the scaling planner in virtual time, against a modelled cloud,
     /// and print a JSON report (job waits, machine-minutes, machines made, cost).
     Simulate {
-        /// The workload file (TOML; see deploy/simulate/).
+        /// The workload: a TOML file of arrivals and pipelines (see deploy/simulate/), or a
+        /// replay of recorded jobs, `*.tsv`: a header line, then one job a line, tab-separated:
+        /// ready (RFC 3339), duration, project, pipeline, stage, name, class. Replayed jobs are
+        /// pending at their recorded ready times (deploy/simulate/MODEL.md).
         workload: PathBuf,
         /// The policy file: pools with their scaling settings and modelled cloud.
         #[arg(long)]
