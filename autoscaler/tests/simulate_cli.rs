@@ -86,3 +86,35 @@ fn a_bad_replay_line_exits_64_naming_the_file_and_line() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_oracle_needs_no_policy_and_reports_its_overhead() {
+    let out = autoscaler(&[
+        "simulate",
+        "deploy/simulate/workloads/fanout.toml",
+        "--oracle",
+        "--boot-time",
+        "90s",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["boot_seconds"].as_f64(), Some(90.0));
+    assert!(report["machines_made"].as_u64().unwrap() > 0, "{report}");
+    let overhead = report["overhead_minutes"].as_f64().unwrap();
+    let minutes = &report["machine_minutes"];
+    let parts = minutes["booting"].as_f64().unwrap() + minutes["idle"].as_f64().unwrap();
+    assert!((overhead - parts).abs() < 0.2, "{report}");
+    // A policy and the oracle are two different runs.
+    let both = autoscaler(&[
+        "simulate",
+        "deploy/simulate/workloads/fanout.toml",
+        "--oracle",
+        "--policy",
+        "deploy/simulate/policies/demand.toml",
+    ]);
+    assert_eq!(both.status.code(), Some(2));
+}

@@ -11,6 +11,7 @@ mod engine;
 mod fleet;
 mod input;
 mod load;
+mod oracle;
 mod pipeline;
 mod policy;
 mod release;
@@ -21,6 +22,7 @@ mod workload;
 
 use std::path::{Path, PathBuf};
 
+pub use oracle::{OracleCost, OracleReport};
 pub use report::{PoolReport, Report};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +73,14 @@ pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError>
         })
         .collect();
     Ok(Report::new(name_of(workload), name_of(policy), tallies))
+}
+
+/// The clairvoyant lower bound on `workload` ([`oracle`]): no job waits, and the machine time
+/// paid beyond the jobs is the least possible when every boot takes `boot`.
+pub fn oracle(workload: &Path, boot: std::time::Duration) -> Result<OracleReport, SimulateError> {
+    let load = load::Load::read(workload)?;
+    let boot = u64::try_from(boot.as_millis()).unwrap_or(u64::MAX);
+    Ok(oracle::run(&load, name_of(workload), boot))
 }
 
 /// A job of a workload as the simulator draws it: when it reaches GitLab (after the workload's

@@ -83,6 +83,24 @@ pub struct PipelineJob {
     pub after: Vec<usize>,
 }
 
+impl Pipeline {
+    /// When each job would be pending if no job ever waited for a machine: the pipeline's own
+    /// critical path (what a clairvoyant fleet sees).
+    pub fn zero_wait_ready(&self) -> Vec<Millis> {
+        let mut ready: Vec<Millis> = Vec::with_capacity(self.jobs.len());
+        for job in &self.jobs {
+            let at = job
+                .after
+                .iter()
+                .map(|&i| ready[i] + self.jobs[i].runs_for)
+                .max()
+                .unwrap_or(self.created);
+            ready.push(at);
+        }
+        ready
+    }
+}
+
 pub fn read_project(s: Section<'_>) -> Option<Project> {
     let name: Option<String> = s.required("project");
     let class: String = s.or("class", "default".to_string());

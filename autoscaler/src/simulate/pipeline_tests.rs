@@ -7,7 +7,7 @@ use super::engine::{self, PoolLoad};
 use super::input::Input;
 use super::load::Load;
 use super::report::Start;
-use super::{SimulateError, policy, replay, simulate};
+use super::{SimulateError, oracle, policy, replay, simulate};
 use crate::core::Millis;
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -76,6 +76,17 @@ fn a_stage_is_pending_when_the_previous_one_ends_and_needs_release_early() {
     let tested = test1.at.max(test2.at) + 5 * MINUTE;
     assert_eq!(publish.arrived, tested, "{starts:?}");
     assert!(publish.arrived > package.arrived);
+}
+
+#[test]
+fn zero_wait_ready_times_follow_the_critical_path() {
+    let (load, _) = starts(ONE_PIPELINE);
+    let ready: Vec<Millis> = load.pipelines[0]
+        .zero_wait_ready()
+        .iter()
+        .map(|t| (t - load.start) / MINUTE)
+        .collect();
+    assert_eq!(ready, [0, 10, 10, 10, 15]);
 }
 
 #[test]
@@ -200,3 +211,44 @@ fn a_bad_replay_line_is_named_with_its_file_and_line() {
         "{err}"
     );
 }
+
+/// Four jobs by hand, boots of a minute: A (0–5 min) and B (0–2 min) need two machines; C at
+/// 3 min takes B's, idle a minute; D at 10 min finds both freed longer than a boot ago, so a
+/// third machine is made for it. Overhead: three boots and one idle minute.
+#[test]
+fn the_oracle_reuses_a_machine_only_when_idling_is_cheaper_than_a_boot() {
+    let job = |at: &str, runs: &str| {
+        format!(
+            "[[arrivals]]\nfrom = \"{at}\"\nto = \"{at} 1ms\"\njobs = 1\nduration = \"{runs}\"\n"
+        )
+    };
+    let text = format!(
+        "start = \"2026-11-23T08:00:00Z\"\nlength = \"1h\"\n{}{}{}{}",
+        job("0m", "5m"),
+        job("0m", "2m"),
+        job("3m", "1m"),
+        job("10m", "1m")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let r = oracle(&write(dir.path(), "w.toml", &text), MINUTE_D).unwrap();
+    assert_eq!(r.total.jobs, 4);
+    assert_eq!(r.total.machines_made, 3);
+    let m = &r.total.machine_minutes;
+    assert_eq!((m.busy, m.booting, m.idle, m.total), (9.0, 3.0, 1.0, 13.0));
+    assert_eq!(r.total.overhead_minutes, 4.0);
+    assert_eq!(r.pools["default"], r.total);
+}
+
+/// The pipeline at its zero-wait pending times: compile's machine goes to a test job, two more
+/// are made for the other test job and `package`; `publish` (at 15 min) takes a test job's
+/// machine as it is freed, and `package`'s, freed at 11 min, is gone by then.
+#[test]
+fn the_oracle_sees_a_pipeline_at_its_zero_wait_pending_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = oracle(&write(dir.path(), "w.toml", ONE_PIPELINE), MINUTE_D).unwrap();
+    assert_eq!((r.total.jobs, r.total.machines_made), (5, 3));
+    let m = &r.total.machine_minutes;
+    assert_eq!((m.busy, m.booting, m.idle), (22.0, 3.0, 0.0));
+}
+
+const MINUTE_D: std::time::Duration = std::time::Duration::from_secs(60);
