@@ -252,3 +252,11 @@ fn the_oracle_sees_a_pipeline_at_its_zero_wait_pending_times() {
 }
 
 const MINUTE_D: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[test]
+fn a_replay_wrong_throughout_names_twenty_lines_and_counts_the_rest() {
+    let bad = "2026-11-23T08:00:00Z\t4m\tweb\t7\n".repeat(25);
+    let problems = replay::parse(&format!("{}{bad}", REPLAY)).unwrap_err();
+    assert_eq!(problems.len(), 21, "{problems:#?}");
+    assert_eq!(problems[20], "and 5 more bad lines");
+}

@@ -26,6 +26,9 @@ pub const COLUMNS: [&str; 7] = [
     "ready", "duration", "project", "pipeline", "stage", "name", "class",
 ];
 
+/// Bad lines named one by one: beyond these, a file is wrong throughout and a count says more.
+const MAX_PROBLEMS: usize = 20;
+
 /// A replay read: its jobs in order of ready time, and the line each came from.
 #[derive(Debug)]
 pub struct Replay {
@@ -71,6 +74,11 @@ pub fn parse(text: &str) -> Result<Replay, Vec<String>> {
     }
     if jobs.is_empty() && problems.is_empty() {
         problems.push("has no jobs".into());
+    }
+    if problems.len() > MAX_PROBLEMS {
+        let more = problems.len() - MAX_PROBLEMS;
+        problems.truncate(MAX_PROBLEMS);
+        problems.push(format!("and {more} more bad lines"));
     }
     if !problems.is_empty() {
         return Err(problems);
