@@ -1,5 +1,5 @@
 //! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`,
-//! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE`,
+//! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE|--oracle`,
 //! `autoscaler import-config FILE`, and the operator's commands that call a running
 //! autoscaler's admin API (`admin.rs`).
 
@@ -74,11 +74,22 @@ enum Command {
     /// Run a workload through the scaling planner in virtual time, against a modelled cloud,
     /// and print a JSON report (job waits, machine-minutes, machines made, cost).
     Simulate {
-        /// The workload file (TOML; see deploy/simulate/).
+        /// The workload: a TOML file of arrivals and pipelines (see deploy/simulate/), or a
+        /// replay of recorded jobs, `*.tsv`: a header line, then one job a line, tab-separated:
+        /// ready (RFC 3339), duration, project, pipeline, stage, name, class. Replayed jobs are
+        /// pending at their recorded ready times (deploy/simulate/MODEL.md).
         workload: PathBuf,
         /// The policy file: pools with their scaling settings and modelled cloud.
+        #[arg(long, required_unless_present = "oracle", conflicts_with = "oracle")]
+        policy: Option<PathBuf>,
+        /// Instead of a policy, the clairvoyant lower bound: a machine ready exactly when
+        /// each job is pending, reused when free, and the booting and idle machine-minutes
+        /// that costs (deploy/simulate/MODEL.md).
         #[arg(long)]
-        policy: PathBuf,
+        oracle: bool,
+        /// The oracle's boot time, create request to ready.
+        #[arg(long, requires = "oracle", default_value = "60s", value_parser = humantime::parse_duration)]
+        boot_time: std::time::Duration,
     },
     #[command(flatten)]
     Admin(admin::AdminCommand),
@@ -137,24 +148,15 @@ impl Cli {
                 Ok(c) => run(c),
                 Err(code) => code,
             },
-            Command::Simulate { workload, policy } => {
-                match crate::simulate::simulate(&workload, &policy) {
-                    Ok(r) => match serde_json::to_string_pretty(&r) {
-                        Ok(json) => {
-                            print_report(&json);
-                            ExitCode::SUCCESS
-                        }
-                        Err(e) => {
-                            report(&format!("cannot write the report: {e}"));
-                            ExitCode::FAILURE
-                        }
-                    },
-                    Err(e) => {
-                        report(&e.to_string());
-                        ExitCode::from(exit::CONFIG)
-                    }
-                }
-            }
+            Command::Simulate {
+                workload,
+                policy,
+                oracle: _,
+                boot_time,
+            } => match policy {
+                Some(policy) => print_simulation(crate::simulate::simulate(&workload, &policy)),
+                None => print_simulation(crate::simulate::oracle(&workload, boot_time)),
+            },
             Command::Provisioner(ProvisionerCommand::Check {
                 path,
                 env,
@@ -167,6 +169,28 @@ impl Cli {
                 provisioners_dir,
             } => crate::import::import_config(&file, output.as_deref(), provisioners_dir),
             Command::Admin(command) => admin::run(command),
+        }
+    }
+}
+
+/// A simulation's report as JSON on stdout, or its error on stderr with exit 64 (bad input).
+fn print_simulation(
+    result: Result<impl serde::Serialize, crate::simulate::SimulateError>,
+) -> ExitCode {
+    match result {
+        Ok(r) => match serde_json::to_string_pretty(&r) {
+            Ok(json) => {
+                print_report(&json);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                report(&format!("cannot write the report: {e}"));
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            report(&e.to_string());
+            ExitCode::from(exit::CONFIG)
         }
     }
 }

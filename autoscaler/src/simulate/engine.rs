@@ -2,19 +2,23 @@
 //! controller does (the same planner, demand tracker, schedule, throttle and breaker from
 //! `core`), with the provider, GitLab's queue and the sidecars modelled:
 //!
-//! - Jobs reach GitLab at their workload time. The pool takes them at once while it has room
+//! - Jobs reach GitLab at their workload time; a pipeline's jobs when it is created or when
+//!   the jobs they wait for end ([`Releases`]). The pool takes them at once while it has room
 //!   for them (`max_machines` × `capacity_per_machine` jobs active, as the service's on-demand
 //!   intake); each taken job's payload reports GitLab's queue size then.
 //! - A waiting job goes to the busiest machine with a free slot the moment there is one (the
 //!   service's packing); it waits no longer than `acquire_timeout`.
 //! - A created machine takes jobs after its boot time, or fails then (`failure_rate`); a
 //!   destroyed machine is gone at once.
-//! - A pass runs at every event (arrival, boot end, job end) and at least every [`TICK`].
+//! - A pass runs at every event (arrival, pipeline creation, boot end, job end) and at least
+//!   every [`TICK`].
 
 use std::collections::VecDeque;
 
 use super::fleet::Fleet;
+use super::pipeline::Pipeline;
 use super::policy::SimPool;
+use super::release::{JobKey, Released, Releases};
 use super::report::Tally;
 use super::workload::Job;
 use crate::core::Millis;
@@ -28,37 +32,70 @@ use crate::core::throttle::TokenBucket;
 /// The longest time between two passes, as the service's controller ticks.
 pub const TICK: Millis = 5_000;
 
+/// A job at GitLab, not yet taken by the pool.
+#[derive(Debug)]
+struct Pending {
+    arrived: Millis,
+    runs_for: Millis,
+    /// Set for a pipeline's job: its end releases the jobs waiting for it.
+    key: Option<JobKey>,
+}
+
+impl From<Released> for Pending {
+    fn from(r: Released) -> Self {
+        Self {
+            arrived: r.at,
+            runs_for: r.runs_for,
+            key: Some(r.key),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Waiting {
     arrived: Millis,
     taken: Millis,
     runs_for: Millis,
+    key: Option<JobKey>,
 }
 
-/// Simulates `pool` serving `jobs` (sorted by arrival) from `start`; `until` is the end of the
-/// workload (the run goes on until every job is done).
-pub fn run(pool: &SimPool, jobs: &[Job], start: Millis, until: Millis, seed: u64) -> Tally {
+/// The jobs one pool serves: timed ones (sorted by arrival) and pipelines (sorted by
+/// creation), whose jobs are released as the run goes.
+pub struct PoolLoad<'a> {
+    pub jobs: &'a [Job],
+    pub pipelines: &'a [Pipeline],
+}
+
+/// Simulates `pool` serving `load` from `start`; `until` is the end of the workload (the run
+/// goes on until every job is done).
+pub fn run(pool: &SimPool, load: &PoolLoad<'_>, start: Millis, until: Millis, seed: u64) -> Tally {
+    let jobs = load.jobs;
     let mut sim = Sim::new(pool, start, seed);
+    let mut releases = Releases::new(load.pipelines);
     let mut next_job = 0;
     let mut now = start;
     loop {
         while next_job < jobs.len() && jobs[next_job].at <= now {
-            sim.gitlab
-                .push_back((jobs[next_job].at, jobs[next_job].runs_for));
+            sim.gitlab.push_back(Pending {
+                arrived: jobs[next_job].at,
+                runs_for: jobs[next_job].runs_for,
+                key: None,
+            });
             next_job += 1;
         }
-        sim.pass(now);
-        let done = next_job == jobs.len() && sim.idle_of_jobs();
+        let created = releases.create_due(now);
+        sim.gitlab.extend(created.into_iter().map(Pending::from));
+        sim.pass(now, &mut releases);
+        let done = next_job == jobs.len() && releases.all_created() && sim.idle_of_jobs();
         if done && now >= until {
             break;
         }
         let mut next = now + TICK;
-        if let Some(job) = jobs.get(next_job) {
-            next = next.min(job.at);
-        }
         for t in [
+            jobs.get(next_job).map(|j| j.at),
+            releases.next_creation(),
             sim.fleet.next_boot_end(),
-            sim.running.iter().map(|r| r.0).min(),
+            sim.running.iter().map(|r| r.end).min(),
         ]
         .into_iter()
         .flatten()
@@ -75,14 +112,19 @@ pub fn run(pool: &SimPool, jobs: &[Job], start: Millis, until: Millis, seed: u64
     sim.tally
 }
 
+#[derive(Debug)]
+struct Running {
+    end: Millis,
+    machine: String,
+    key: Option<JobKey>,
+}
+
 struct Sim<'a> {
     pool: &'a SimPool,
     fleet: Fleet,
-    /// Jobs at GitLab not yet taken: (arrived, runs for).
-    gitlab: VecDeque<(Millis, Millis)>,
+    gitlab: VecDeque<Pending>,
     waiting: VecDeque<Waiting>,
-    /// (ends at, machine id).
-    running: Vec<(Millis, String)>,
+    running: Vec<Running>,
     demand: DemandTracker,
     throttle: TokenBucket,
     breaker: Breaker,
@@ -114,7 +156,7 @@ impl<'a> Sim<'a> {
         self.gitlab.is_empty() && self.waiting.is_empty() && self.running.is_empty()
     }
 
-    fn pass(&mut self, now: Millis) {
+    fn pass(&mut self, now: Millis, releases: &mut Releases<'_>) {
         let (ready, failed) = self.fleet.finish_boots(now);
         for _ in 0..ready {
             self.breaker.success();
@@ -122,19 +164,25 @@ impl<'a> Sim<'a> {
         for _ in 0..failed {
             self.breaker.failure(now, "modelled creation failure");
         }
-        self.end_jobs(now);
+        self.end_jobs(now, releases);
         self.take_jobs(now);
         self.give_up_waiting(now);
         self.dispatch(now);
         self.scale(now);
     }
 
-    fn end_jobs(&mut self, now: Millis) {
-        let (ended, running): (Vec<_>, Vec<_>) =
-            self.running.drain(..).partition(|(end, _)| *end <= now);
+    /// Jobs that ended by `now` free their slots and release the pipeline jobs waiting for
+    /// them, pending from the moment they ended.
+    fn end_jobs(&mut self, now: Millis, releases: &mut Releases<'_>) {
+        let (mut ended, running): (Vec<_>, Vec<_>) =
+            self.running.drain(..).partition(|r| r.end <= now);
         self.running = running;
-        for (end, id) in ended {
-            self.fleet.end_job(&id, end);
+        ended.sort_by_key(|r| r.end);
+        for r in ended {
+            self.fleet.end_job(&r.machine, r.end);
+            let Some(key) = r.key else { continue };
+            let released = releases.ended(key, r.end);
+            self.gitlab.extend(released.into_iter().map(Pending::from));
         }
     }
 
@@ -144,14 +192,15 @@ impl<'a> Sim<'a> {
         let room = (s.max_machines * s.capacity_per_machine) as usize;
         while self.waiting.len() + self.running.len() < room {
             let queue_size = u32::try_from(self.gitlab.len()).unwrap_or(u32::MAX);
-            let Some((arrived, runs_for)) = self.gitlab.pop_front() else {
+            let Some(job) = self.gitlab.pop_front() else {
                 break;
             };
             self.demand.job_arrived(now, Some(queue_size));
             self.waiting.push_back(Waiting {
-                arrived,
+                arrived: job.arrived,
                 taken: now,
-                runs_for,
+                runs_for: job.runs_for,
+                key: job.key,
             });
         }
     }
@@ -193,8 +242,18 @@ impl<'a> Sim<'a> {
             };
             self.fleet.start_job(index, now);
             self.tally.started(now - job.arrived);
+            #[cfg(test)]
+            self.tally.starts.push(super::report::Start {
+                key: job.key,
+                arrived: job.arrived,
+                at: now,
+            });
             let id = self.fleet.machines[index].id.clone();
-            self.running.push((now + job.runs_for, id));
+            self.running.push(Running {
+                end: now + job.runs_for,
+                machine: id,
+                key: job.key,
+            });
         }
     }
 

@@ -1,23 +1,29 @@
 //! `autoscaler simulate WORKLOAD --policy FILE`: a workload of jobs through the planner the
 //! service uses, in virtual time, against a modelled cloud, reported as JSON: how long jobs
-//! waited and what the machines cost. Deterministic: the workload's seed fixes the jobs, and
-//! the n-th machine of a pool boots as long whatever the policy.
+//! waited and what the machines cost. Deterministic: the workload's seed fixes the jobs (and
+//! the pipelines, whose later jobs the run releases as earlier ones end), and the n-th machine
+//! of a pool boots as long whatever the policy. The workload may instead be a replay of
+//! recorded jobs (`*.tsv`, [`replay`]).
 //!
 //! The model and its assumptions are in `deploy/simulate/MODEL.md`.
 
 mod engine;
 mod fleet;
 mod input;
+mod load;
+mod oracle;
+mod pipeline;
 mod policy;
+mod release;
+mod replay;
 mod report;
 mod rng;
 mod workload;
 
 use std::path::{Path, PathBuf};
 
+pub use oracle::{OracleCost, OracleReport};
 pub use report::{PoolReport, Report};
-
-use crate::config::reader::{Problems, Section};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
@@ -34,23 +40,31 @@ pub enum SimulateError {
     },
 }
 
-/// Runs `workload` under `policy`.
+/// Runs `workload` (a TOML workload, or a `*.tsv` replay) under `policy`.
 pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError> {
-    let workload_input = input::Input::read(workload)?;
-    let policy_input = input::Input::read(policy)?;
-    let load = workload::read(&workload_input)?;
-    let pools = policy::read(&policy_input)?;
-    check_classes(&workload_input, &load, &pools, policy)?;
-    let jobs = load.jobs();
+    let load = load::Load::read(workload)?;
+    let pools = policy::read(&input::Input::read(policy)?)?;
+    load.check_classes(workload, &pools, policy)?;
     let until = load.start + load.length;
     let tallies = pools
         .iter()
         .map(|pool| {
-            let own: Vec<workload::Job> = jobs
+            let jobs: Vec<workload::Job> = load
+                .jobs
                 .iter()
                 .filter(|j| j.class == pool.name)
                 .cloned()
                 .collect();
+            let pipelines: Vec<pipeline::Pipeline> = load
+                .pipelines
+                .iter()
+                .filter(|p| p.class == pool.name)
+                .cloned()
+                .collect();
+            let own = engine::PoolLoad {
+                jobs: &jobs,
+                pipelines: &pipelines,
+            };
             let seed = load.seed ^ hash(&pool.name);
             (
                 pool.name.clone(),
@@ -59,6 +73,14 @@ pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError>
         })
         .collect();
     Ok(Report::new(name_of(workload), name_of(policy), tallies))
+}
+
+/// The clairvoyant lower bound on `workload` ([`oracle`]): no job waits, and the machine time
+/// paid beyond the jobs is the least possible when every boot takes `boot`.
+pub fn oracle(workload: &Path, boot: std::time::Duration) -> Result<OracleReport, SimulateError> {
+    let load = load::Load::read(workload)?;
+    let boot = u64::try_from(boot.as_millis()).unwrap_or(u64::MAX);
+    Ok(oracle::run(&load, name_of(workload), boot))
 }
 
 /// A job of a workload as the simulator draws it: when it reaches GitLab (after the workload's
@@ -71,12 +93,22 @@ pub struct DrawnJob {
 }
 
 /// The jobs of `workload`, in order of arrival: the very jobs [`simulate`] runs, so that the same
-/// workload can be replayed against a real service and the two compared.
+/// workload can be replayed against a real service and the two compared. A workload with
+/// pipelines is refused: when their later jobs reach GitLab depends on the run.
 pub fn workload_jobs(workload: &Path) -> Result<Vec<DrawnJob>, SimulateError> {
-    let load = workload::read(&input::Input::read(workload)?)?;
+    let load = load::Load::read(workload)?;
+    if !load.pipelines.is_empty() {
+        return Err(SimulateError::Invalid {
+            file: workload.to_path_buf(),
+            problems: vec![
+                "pipelines: their jobs' times depend on the run, so they cannot be listed ahead"
+                    .into(),
+            ],
+        });
+    }
     let ms = std::time::Duration::from_millis;
     Ok(load
-        .jobs()
+        .jobs
         .into_iter()
         .map(|j| DrawnJob {
             after: ms(j.at - load.start),
@@ -84,30 +116,6 @@ pub fn workload_jobs(workload: &Path) -> Result<Vec<DrawnJob>, SimulateError> {
             class: j.class,
         })
         .collect())
-}
-
-/// Every class the workload names has a pool in the policy.
-fn check_classes(
-    input: &input::Input,
-    load: &workload::Workload,
-    pools: &[policy::SimPool],
-    policy: &Path,
-) -> Result<(), SimulateError> {
-    let problems = Problems::default();
-    let root = Section::root(&input.dict, &problems);
-    for (i, a) in load.arrivals.iter().enumerate() {
-        if !pools.iter().any(|p| p.name == a.class) {
-            root.problem(
-                &format!("arrivals[{i}].class"),
-                format!(
-                    "{:?} has no [[pools]] entry of that name in {}",
-                    a.class,
-                    policy.display()
-                ),
-            );
-        }
-    }
-    input.check(problems)
 }
 
 fn name_of(path: &Path) -> String {
@@ -124,5 +132,7 @@ fn hash(name: &str) -> u64 {
     })
 }
 
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod tests;

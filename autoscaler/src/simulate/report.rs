@@ -13,6 +13,18 @@ pub struct Tally {
     waits: Vec<f64>,
     timeouts: u32,
     pools: Option<PoolReport>,
+    /// Every start, for the tests that check when pipeline jobs became pending.
+    #[cfg(test)]
+    pub starts: Vec<Start>,
+}
+
+/// A job's start on a machine: which job, when it reached GitLab, when it started.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    pub key: Option<super::release::JobKey>,
+    pub arrived: Millis,
+    pub at: Millis,
 }
 
 impl Tally {

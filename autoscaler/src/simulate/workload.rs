@@ -15,12 +15,15 @@
 //! duration = ["2m", "12m"]        # run time, uniform in this range
 //! class = "default"               # the policy's pool that serves them
 //! ```
+//!
+//! and `[[pipelines]]`: projects whose jobs come as pipelines ([`super::pipeline`]).
 
 use std::time::Duration;
 
 use chrono::DateTime;
 
 use super::input::Input;
+use super::pipeline::{self, Pipeline, Project};
 use super::rng::Rng;
 use crate::config::reader::{Problems, Section};
 use crate::config::values;
@@ -32,6 +35,7 @@ pub struct Workload {
     pub length: Millis,
     pub seed: u64,
     pub arrivals: Vec<Arrivals>,
+    pub projects: Vec<Project>,
 }
 
 /// One `[[arrivals]]` entry.
@@ -51,15 +55,26 @@ pub enum HowMany {
     Exactly(u32),
 }
 
-/// A job of the workload: when it reaches GitLab, how long it runs, its class.
+/// A job of the workload: when it reaches GitLab, how long it runs, its class, and where it
+/// comes from when it is known (a replayed job; a drawn arrival has no label).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     pub at: Millis,
     pub runs_for: Millis,
     pub class: String,
+    pub label: Option<Label>,
 }
 
-fn ms(d: Duration) -> Millis {
+/// What GitLab knows of a job besides its timing: the planner does not use it yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    pub project: String,
+    pub pipeline: u64,
+    pub stage: String,
+    pub name: String,
+}
+
+pub fn ms(d: Duration) -> Millis {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -83,18 +98,26 @@ pub fn read(input: &Input) -> Result<Workload, super::SimulateError> {
         .into_iter()
         .map(read_arrivals)
         .collect();
-    if arrivals.is_empty() {
-        root.problem("arrivals", "needs at least one [[arrivals]] entry");
+    let projects: Vec<Option<Project>> = root
+        .tables("pipelines")
+        .into_iter()
+        .map(pipeline::read_project)
+        .collect();
+    if arrivals.is_empty() && projects.is_empty() {
+        root.problem(
+            "arrivals",
+            "needs at least one [[arrivals]] or [[pipelines]] entry",
+        );
     }
     root.finish();
     input.check(problems)?;
     // Every problem was reported above; what is left is complete.
-    let arrivals = arrivals.into_iter().flatten().collect();
     Ok(Workload {
         start: start.unwrap_or(0),
         length: length.unwrap_or(0),
         seed,
-        arrivals,
+        arrivals: arrivals.into_iter().flatten().collect(),
+        projects: projects.into_iter().flatten().collect(),
     })
 }
 
@@ -107,23 +130,7 @@ fn read_arrivals(s: Section<'_>) -> Option<Arrivals> {
     if to.is_some_and(|to| to <= from) {
         s.problem("to", "must be after from");
     }
-    let rate: Option<f64> = s.optional("jobs_per_hour");
-    let exactly: Option<u32> = s.optional("jobs");
-    let how_many = match (rate, exactly) {
-        (Some(r), None) if r > 0.0 && r <= 1_000_000.0 => Some(HowMany::PerHour(r)),
-        (Some(_), None) => {
-            s.problem("jobs_per_hour", "must be above 0 and at most 1000000");
-            None
-        }
-        (None, Some(n)) => Some(HowMany::Exactly(n)),
-        _ => {
-            s.problem(
-                "jobs",
-                "give either jobs (a count) or jobs_per_hour (a rate)",
-            );
-            None
-        }
-    };
+    let how_many = read_how_many(&s, "jobs", "jobs_per_hour");
     let batch: u32 = s.or("batch", 1);
     if !(1..=1000).contains(&batch) {
         s.problem("batch", "must be between 1 and 1000");
@@ -139,6 +146,27 @@ fn read_arrivals(s: Section<'_>) -> Option<Arrivals> {
         duration: duration?,
         class,
     })
+}
+
+/// `count_key = n` (exactly n) or `rate_key = r` (Poisson, r an hour), one of the two.
+pub fn read_how_many(s: &Section<'_>, count_key: &str, rate_key: &str) -> Option<HowMany> {
+    let rate: Option<f64> = s.optional(rate_key);
+    let exactly: Option<u32> = s.optional(count_key);
+    match (rate, exactly) {
+        (Some(r), None) if r > 0.0 && r <= 1_000_000.0 => Some(HowMany::PerHour(r)),
+        (Some(_), None) => {
+            s.problem(rate_key, "must be above 0 and at most 1000000");
+            None
+        }
+        (None, Some(n)) => Some(HowMany::Exactly(n)),
+        _ => {
+            s.problem(
+                count_key,
+                format!("give either {count_key} (a count) or {rate_key} (a rate)"),
+            );
+            None
+        }
+    }
 }
 
 /// `key = ["30s", "90s"]` (uniform between) or `key = "1m"` (always).
@@ -162,29 +190,13 @@ pub fn read_range(s: &Section<'_>, key: &str) -> Option<(Millis, Millis)> {
 }
 
 impl Workload {
-    /// Every job, in order of arrival. The same for a seed whatever the policy.
+    /// Every job of `[[arrivals]]`, in order of arrival. The same for a seed whatever the
+    /// policy.
     pub fn jobs(&self) -> Vec<Job> {
         let mut rng = Rng::new(self.seed);
         let mut jobs = Vec::new();
         for a in &self.arrivals {
-            let span = (a.to - a.from) as f64;
-            let times: Vec<f64> = match a.how_many {
-                HowMany::Exactly(n) => (0..n.div_ceil(a.batch))
-                    .map(|_| rng.unit() * span)
-                    .collect(),
-                HowMany::PerHour(rate) => {
-                    let per_ms = rate / f64::from(a.batch) / 3_600_000.0;
-                    let mut t = 0.0;
-                    let mut times = Vec::new();
-                    loop {
-                        t += rng.exponential(per_ms);
-                        if t >= span {
-                            break times;
-                        }
-                        times.push(t);
-                    }
-                }
-            };
+            let times = draw_times(&mut rng, (a.to - a.from) as f64, a.how_many, a.batch);
             let mut left = match a.how_many {
                 HowMany::Exactly(n) => n,
                 HowMany::PerHour(_) => u32::MAX,
@@ -192,16 +204,42 @@ impl Workload {
             for t in times {
                 for _ in 0..a.batch.min(left) {
                     left -= 1;
-                    let (low, high) = a.duration;
                     jobs.push(Job {
                         at: self.start + a.from + t as Millis,
-                        runs_for: low + (rng.unit() * (high - low) as f64) as Millis,
+                        runs_for: pipeline::uniform(&mut rng, a.duration),
                         class: a.class.clone(),
+                        label: None,
                     });
                 }
             }
         }
         jobs.sort_by_key(|j| j.at);
         jobs
+    }
+
+    /// Every pipeline of `[[pipelines]]`, in order of creation; the same for a seed whatever
+    /// the policy (only their jobs' pending times depend on it).
+    pub fn pipelines(&self) -> Vec<Pipeline> {
+        pipeline::draw(&self.projects, self.start, self.seed)
+    }
+}
+
+/// Offsets (ms, within `span`) at which arrivals of `batch` jobs come: `n / batch` uniform
+/// times for exactly n jobs, or a Poisson process at the rate.
+pub fn draw_times(rng: &mut Rng, span: f64, how_many: HowMany, batch: u32) -> Vec<f64> {
+    match how_many {
+        HowMany::Exactly(n) => (0..n.div_ceil(batch)).map(|_| rng.unit() * span).collect(),
+        HowMany::PerHour(rate) => {
+            let per_ms = rate / f64::from(batch) / 3_600_000.0;
+            let mut t = 0.0;
+            let mut times = Vec::new();
+            loop {
+                t += rng.exponential(per_ms);
+                if t >= span {
+                    break times;
+                }
+                times.push(t);
+            }
+        }
     }
 }

@@ -43,7 +43,7 @@ struct Run {
 }
 
 pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
-    let binary = root.join("target/debug/autoscaler");
+    let binary = target_dir(root).join("debug/autoscaler");
     let dir = root.join("deploy/simulate");
     let mut workloads: Vec<PathBuf> = std::fs::read_dir(dir.join("workloads"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -97,6 +97,15 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
         bail!("the target is missed on: {}", missed.join(", "));
     }
     Ok(())
+}
+
+/// Where cargo put the binary it just built: `CARGO_TARGET_DIR` when set (a target directory
+/// shared between worktrees), else the workspace's own.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root.join(dir),
+        _ => root.join("target"),
+    }
 }
 
 /// Whether the demand-aware run `d` meets the target against the baseline run `b`, and its

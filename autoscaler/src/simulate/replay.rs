@@ -1,0 +1,141 @@
+//! A replay file (`*.tsv`): recorded jobs, one a line, tab-separated, under a header line.
+//! Each job is pending at its recorded ready time: a replay does not re-derive when a stage is
+//! released, so a policy that would have made earlier jobs wait longer does not delay the
+//! later ones here.
+//!
+//! ```text
+//! # lines starting with # and blank lines are skipped; → stands for a tab
+//! ready→duration→project→pipeline→stage→name→class
+//! 2026-11-23T08:00:00Z→4m30s→web→1017→build→compile→default
+//! 2026-11-23T08:04:31Z→6m→web→1017→test→rspec 1/8→default
+//! ```
+//!
+//! `ready` is an RFC 3339 time, `duration` a humantime duration or a number of seconds,
+//! `pipeline` a number; the run starts at the earliest ready time.
+
+use std::path::Path;
+
+use chrono::DateTime;
+
+use super::SimulateError;
+use super::workload::{Job, Label};
+use crate::core::Millis;
+
+/// The columns, in order: the header line must be exactly these.
+pub const COLUMNS: [&str; 7] = [
+    "ready", "duration", "project", "pipeline", "stage", "name", "class",
+];
+
+/// Bad lines named one by one: beyond these, a file is wrong throughout and a count says more.
+const MAX_PROBLEMS: usize = 20;
+
+/// A replay read: its jobs in order of ready time, and the line each came from.
+#[derive(Debug)]
+pub struct Replay {
+    pub start: Millis,
+    pub end: Millis,
+    /// (line, job), sorted by ready time.
+    pub jobs: Vec<(usize, Job)>,
+}
+
+pub fn read(path: &Path) -> Result<Replay, SimulateError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimulateError::Read {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text).map_err(|problems| SimulateError::Invalid {
+        file: path.to_path_buf(),
+        problems,
+    })
+}
+
+/// Every bad line, as `line N: what is wrong`.
+pub fn parse(text: &str) -> Result<Replay, Vec<String>> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
+    let mut problems = Vec::new();
+    match lines.next() {
+        Some((_, header)) if header.split('\t').eq(COLUMNS) => {}
+        Some((n, _)) => problems.push(format!(
+            "line {n}: the header must be the columns {} separated by tabs",
+            COLUMNS.join(", ")
+        )),
+        None => problems.push("has no header line and no jobs".into()),
+    }
+    let mut jobs = Vec::new();
+    for (n, line) in lines {
+        match parse_line(line) {
+            Ok(job) => jobs.push((n, job)),
+            Err(e) => problems.push(format!("line {n}: {e}")),
+        }
+    }
+    if jobs.is_empty() && problems.is_empty() {
+        problems.push("has no jobs".into());
+    }
+    if problems.len() > MAX_PROBLEMS {
+        let more = problems.len() - MAX_PROBLEMS;
+        problems.truncate(MAX_PROBLEMS);
+        problems.push(format!("and {more} more bad lines"));
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    jobs.sort_by_key(|(_, j)| j.at);
+    let start = jobs.first().map_or(0, |(_, j)| j.at);
+    let end = jobs.last().map_or(0, |(_, j)| j.at);
+    Ok(Replay { start, end, jobs })
+}
+
+fn parse_line(line: &str) -> Result<Job, String> {
+    let fields: Vec<&str> = line.split('\t').collect();
+    let [ready, duration, project, pipeline, stage, name, class] = fields[..] else {
+        return Err(format!(
+            "has {} tab-separated fields, not {}",
+            fields.len(),
+            COLUMNS.len()
+        ));
+    };
+    let at = DateTime::parse_from_rfc3339(ready.trim())
+        .map_err(|e| format!("ready: {ready:?} is not an RFC 3339 time ({e})"))
+        .and_then(|t| {
+            u64::try_from(t.timestamp_millis())
+                .map_err(|_| format!("ready: {ready:?} is before 1970"))
+        })?;
+    let runs_for = parse_duration(duration.trim())
+        .map_err(|e| format!("duration: {duration:?} is not a duration ({e})"))?;
+    let pipeline = pipeline
+        .trim()
+        .parse()
+        .map_err(|e| format!("pipeline: {pipeline:?} is not a number ({e})"))?;
+    if class.trim().is_empty() {
+        return Err("class: is empty".into());
+    }
+    Ok(Job {
+        at,
+        runs_for,
+        class: class.trim().to_string(),
+        label: Some(Label {
+            project: project.to_string(),
+            pipeline,
+            stage: stage.to_string(),
+            name: name.to_string(),
+        }),
+    })
+}
+
+/// `"4m30s"`, or a plain number of seconds (`"270"`, `"12.5"`).
+fn parse_duration(s: &str) -> Result<Millis, String> {
+    if let Ok(seconds) = s.parse::<f64>() {
+        return if seconds.is_finite() && seconds >= 0.0 {
+            Ok((seconds * 1000.0).round() as Millis)
+        } else {
+            Err("must not be negative".into())
+        };
+    }
+    humantime::parse_duration(s)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map_err(|e| e.to_string())
+}
