@@ -71,7 +71,7 @@ pub async fn healthz(State(admin): State<Arc<Admin>>) -> (StatusCode, &'static s
     }
 }
 
-/// Prometheus scrapes this (OpenMetrics text; README, "Metrics", lists every family).
+/// Prometheus scrapes this (OpenMetrics text; the book's metrics page lists every family).
 pub async fn metrics(State(admin): State<Arc<Admin>>) -> impl IntoResponse {
     (
         [(

@@ -313,7 +313,8 @@ fn run(config: Config) -> ExitCode {
     })
 }
 
-/// What an operator can do about a store that does not open (README, Operations, says more).
+/// What an operator can do about a store that does not open (the book's page on the state
+/// directory, `docs/src/operating/state.md`, says more).
 fn recovery_hint(e: &StoreError) -> Option<&'static str> {
     match e {
         StoreError::Open { .. } | StoreError::Io(_) => Some(
@@ -326,7 +327,7 @@ fn recovery_hint(e: &StoreError) -> Option<&'static str> {
              move it aside (keep it for inspection) and start again with an empty store: machines carrying \
              this autoscaler's labels are then found by the provisioners' `list` and handled by \
              `orphan_policy`, static sidecars register again, and jobs the old store held are failed by \
-             GitLab as stuck. See README, Operations.",
+             GitLab as stuck. See the book: docs/src/operating/state.md.",
         ),
         StoreError::NewerSchema { .. } | StoreError::UnsupportedRecordVersion { .. } => Some(
             "The store was written by a newer autoscaler. Run that version again (downgrades are not \

@@ -104,7 +104,7 @@ pub fn import(text: &str, options: &Options) -> Result<Imported, ImportError> {
     }
     let mut config = Table::new();
     global(&root, &pools, &mut config, &mut report);
-    // The service's tables first, in the README's order, then the pools.
+    // The service's tables first, in the configuration reference's order, then the pools.
     let mut text = String::new();
     for name in ["server", "state", "upstream", "log"] {
         if let Some(table) = config.remove(name) {

@@ -12,7 +12,8 @@
 //! - **levels**, counted at each scrape from the live state (`levels.rs`): machines by state,
 //!   job slots, jobs by phase.
 //!
-//! Every family is listed, with its labels, in the README's "Metrics" section.
+//! Every family is listed, with its labels, in the book's metrics page
+//! (`docs/src/operating/metrics.md`).
 
 mod layer;
 mod levels;

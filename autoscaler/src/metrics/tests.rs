@@ -55,8 +55,11 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
             "{family}: {text}"
         );
     }
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/operating/metrics.md"
+    ))
+    .expect("the book's metrics page");
     let families: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -66,8 +69,8 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     for family in families {
         assert!(family.starts_with("autoscaler_"), "{family}");
         assert!(
-            readme.contains(&format!("`{family}")),
-            "README.md does not document {family}"
+            page.contains(&format!("`{family}")),
+            "docs/src/operating/metrics.md does not document {family}"
         );
     }
 }
