@@ -45,6 +45,47 @@ pub(super) struct Checkpoints {
     /// Blob files (sled keeps large values in files of their own) already synced.
     synced_blobs: Mutex<HashSet<OsString>>,
     failing: AtomicBool,
+    /// Background checkpoints not yet over, each holding the database open; the store waits
+    /// for none before it is dropped, so that the database is closed when the store is.
+    background: std::sync::Arc<Background>,
+}
+
+/// Background checkpoints in flight: counted under a lock, with a condition to wait on.
+#[derive(Debug, Default)]
+pub(super) struct Background {
+    active: Mutex<usize>,
+    over: std::sync::Condvar,
+}
+
+/// One background checkpoint, counted from its spawn until it is dropped: when it has run, or
+/// when a runtime shutting down drops it unrun (which must not leave the count up).
+struct InFlight(std::sync::Arc<Background>);
+
+impl InFlight {
+    fn new(background: &std::sync::Arc<Background>) -> Self {
+        *lock(&background.active) += 1;
+        Self(background.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *lock(&self.0.active) -= 1;
+        self.0.over.notify_all();
+    }
+}
+
+impl Background {
+    /// Blocks until no background checkpoint is left.
+    pub(super) fn wait_none(&self) {
+        let mut active = lock(&self.active);
+        while *active > 0 {
+            active = self
+                .over
+                .wait(active)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
 }
 
 impl Checkpoints {
@@ -68,6 +109,7 @@ impl Checkpoints {
             owed: AtomicBool::new(false),
             synced_blobs: Mutex::new(HashSet::new()),
             failing: AtomicBool::new(false),
+            background: std::sync::Arc::default(),
         }
     }
 
@@ -123,6 +165,7 @@ impl Checkpoints {
     /// Runs a checkpoint on a blocking thread, logging a failure once until one works again.
     pub(super) fn run_in_background(self: &std::sync::Arc<Self>) {
         let this = self.clone();
+        let in_flight = InFlight::new(&self.background);
         tokio::task::spawn_blocking(move || {
             match this.run(false) {
                 Ok(()) => {
@@ -139,7 +182,15 @@ impl Checkpoints {
                 }
             }
             this.running.store(false, Ordering::SeqCst);
+            // The database closes with its last handle: this one goes before the count does.
+            drop(this);
+            drop(in_flight);
         });
+    }
+
+    /// Waits for the checkpoints running in the background to end.
+    pub(super) fn wait_background(&self) {
+        self.background.wait_none();
     }
 
     /// `fdatasync` of what sled wrote: its log, the blob files it wrote since the last time

@@ -267,6 +267,15 @@ impl SledStore {
     }
 }
 
+/// A checkpoint still running in the background holds the database open: the store waits for
+/// it, so that a store dropped can be opened again at once (a restart within one process, the
+/// tests), rather than find sled's lock still taken.
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        self.checkpoints.wait_background();
+    }
+}
+
 fn io(e: sled::Error) -> StoreError {
     StoreError::Io(e.to_string())
 }

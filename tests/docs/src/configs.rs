@@ -156,9 +156,37 @@ pub fn check(config: &Table) -> Result<String> {
     let file = scratch.path().join("etc/autoscaler/autoscaler.toml");
     std::fs::create_dir_all(file.parent().context("no parent")?)?;
     std::fs::write(&file, toml::to_string(&config)?)?;
+    autoscaler(
+        &[
+            "check-config".as_ref(),
+            "--config".as_ref(),
+            file.as_os_str(),
+        ],
+        "check-config",
+    )
+}
+
+/// Runs `autoscaler import-config` on a gitlab-runner `config.toml`.
+pub fn import(runner_config: &str) -> Result<String> {
+    let scratch = tempfile::tempdir()?;
+    let file = scratch.path().join("config.toml");
+    std::fs::write(&file, runner_config)?;
+    let out = scratch.path().join("autoscaler.toml");
+    autoscaler(
+        &[
+            "import-config".as_ref(),
+            file.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ],
+        "import-config",
+    )
+}
+
+/// Runs the debug build's `autoscaler` with `args`; its output, or an error carrying it.
+fn autoscaler(args: &[&std::ffi::OsStr], what: &str) -> Result<String> {
     let output = std::process::Command::new(crate::debug_binary("autoscaler")?)
-        .args(["check-config", "--config"])
-        .arg(&file)
+        .args(args)
         .env_remove("AUTOSCALER_CONFIG")
         .output()?;
     let text = format!(
@@ -167,29 +195,7 @@ pub fn check(config: &Table) -> Result<String> {
         String::from_utf8_lossy(&output.stderr)
     );
     if !output.status.success() {
-        bail!("check-config refused it ({}):\n{text}", output.status);
-    }
-    Ok(text)
-}
-
-/// Runs `autoscaler import-config` on a gitlab-runner `config.toml`.
-pub fn import(runner_config: &str) -> Result<String> {
-    let scratch = tempfile::tempdir()?;
-    let file = scratch.path().join("config.toml");
-    std::fs::write(&file, runner_config)?;
-    let output = std::process::Command::new(crate::debug_binary("autoscaler")?)
-        .arg("import-config")
-        .arg(&file)
-        .arg("-o")
-        .arg(scratch.path().join("autoscaler.toml"))
-        .output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if !output.status.success() {
-        bail!("import-config refused it ({}):\n{text}", output.status);
+        bail!("{what} refused it ({}):\n{text}", output.status);
     }
     Ok(text)
 }
