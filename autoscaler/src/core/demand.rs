@@ -35,6 +35,10 @@ pub struct Forecast {
     /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
     /// of the payload minus the job handed out), while that report is fresh.
     pub gitlab_backlog: u32,
+    /// Jobs of pipelines' next stages expected pending within `lead_time`
+    /// (`core::pipelines`; 0 where no pipeline is known). Set by the caller, who feeds the
+    /// pipeline tracker: this tracker does not know pipelines.
+    pub pipeline_jobs: u32,
     /// How long this pool takes from the create request to a machine that takes jobs (the
     /// 90th percentile of the recent ones, so that a slow boot is planned for). The forecast
     /// looks at arrivals within twice this: a job arriving while a machine is being made for
@@ -163,6 +167,7 @@ impl DemandTracker {
         Forecast {
             peak_in_lead_time,
             gitlab_backlog,
+            pipeline_jobs: 0,
             lead_time,
             surplus_grace,
             need_peak: self.need_peak(now.saturating_sub(surplus_grace)),
@@ -201,6 +206,7 @@ fn weighed_peak(times: &[Millis], span: Millis, now: Millis, window: Millis) -> 
 pub fn wanted_free_slots(forecast: &Forecast) -> u32 {
     forecast
         .peak_in_lead_time
+        .saturating_add(forecast.pipeline_jobs)
         .saturating_add(forecast.gitlab_backlog)
 }
 
