@@ -6,13 +6,16 @@
 //! how many jobs it has and how long the stage before it runs. The tracker learns those from
 //! the facts GitLab's job payloads carry (`job_info.project_id`, `CI_PIPELINE_ID`,
 //! `job_info.stage`, `job_info.name`) and the moments jobs start and end. For each pipeline in
-//! flight, the next stage's jobs are expected when the current stage has run as long as it
-//! usually does; the planner holds slots for those expected within the pool's lead time, so
-//! that machines are ready when they become pending and not before.
+//! flight, the next stage's jobs are expected from the moment the current stage has run as
+//! long as its shortest recent run (a stage that ends earlier than its median is common, and
+//! the next stage's jobs would then wait for a boot: being ready by the earliest recent end
+//! costs the idle time of the spread, a wait costs a boot); the planner holds slots for those
+//! expected within the pool's lead time, so that machines are ready when they become pending
+//! and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
 //!
-//! Shapes change (a stage added, a job removed): each figure is the median of the last few
-//! pipelines, and a stage followed by a different one starts afresh, so a change is learned
-//! within a pipeline or two. Memory is bounded: a cap on projects, on stages and pipelines in
+//! Shapes change (a stage added, a job removed): the job count and the usual duration are
+//! medians of the last few pipelines, and a stage followed by a different one starts afresh,
+//! so a change is learned within a pipeline or two. Memory is bounded: a cap on projects, on stages and pipelines in
 //! flight per project, and on the pipelines remembered per figure; the least recently seen go.
 //!
 //! Pure: time comes in as an argument.
@@ -96,6 +99,22 @@ impl PipelineTracker {
         out
     }
 
+    /// Whether `job`, pending now, is one of the next stage's jobs the forecast expected: its
+    /// pipeline is in flight and its project's shape says the stage started last is followed
+    /// by `job`'s stage. (Such a job is no news to a forecast from arrivals.)
+    pub fn foresees(&self, job: StagedJob<'_>) -> bool {
+        let Some(project) = self.projects.get(job.project) else {
+            return false;
+        };
+        let Some(run) = project.runs().find(|r| r.pipeline == job.pipeline) else {
+            return false;
+        };
+        let before = run.stage_before(job.stage);
+        before
+            .and_then(|s| project.stage(&s.name))
+            .is_some_and(|shape| shape.is_followed_by(job.stage))
+    }
+
     /// Projects remembered now.
     pub fn projects(&self) -> usize {
         self.projects.len()
@@ -127,9 +146,10 @@ struct Due {
 }
 
 /// The next stage of `run`, if its current stage is running and the project's shape says what
-/// follows it and how long it takes. A stage that has run twice its usual time is no longer
-/// described by the shape (a slow runner, a hung job): its next stage is not forecast, rather
-/// than holding machines for it indefinitely.
+/// follows it and how long it takes: due from the shortest recent duration. A stage that has
+/// run twice its usual (median) time is no longer described by the shape (a slow runner, a
+/// hung job): its next stage is not forecast, rather than holding machines for it
+/// indefinitely.
 fn next_stage_due(project: &ProjectShape, run: &Run, now: Millis) -> Option<Due> {
     let current = run.current_stage()?;
     if current.running == 0 {
@@ -140,8 +160,14 @@ fn next_stage_due(project: &ProjectShape, run: &Run, now: Millis) -> Option<Due>
     let learned = project.stage(&current.name)?;
     let duration = learned.usual_duration()?;
     let jobs = learned.next_stage_jobs()?;
-    let at = current.started_at.saturating_add(duration);
-    if now > at.saturating_add(duration) {
+    let at = current
+        .started_at
+        .saturating_add(learned.shortest_duration()?);
+    if now
+        > current
+            .started_at
+            .saturating_add(duration.saturating_mul(2))
+    {
         return None;
     }
     Some(Due { jobs, at })

@@ -282,12 +282,9 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
     let recently_needed = match p.strategy {
         Strategy::Idle => 0,
-        Strategy::Demand => forecast.need_peak.saturating_sub(
-            in_use
-                .saturating_add(forecast.peak_in_lead_time)
-                .saturating_add(forecast.pipeline_jobs)
-                .saturating_add(forecast.gitlab_backlog),
-        ),
+        Strategy::Demand => forecast
+            .need_peak
+            .saturating_sub(in_use.saturating_add(demand::wanted_free_slots(&forecast))),
     };
     let spare = (free - wanted_free).saturating_sub(recently_needed);
     reclaim_idle(&mut plan, &serving, p, &forecast, now, spare);

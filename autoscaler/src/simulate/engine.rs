@@ -260,7 +260,16 @@ impl<'a> Sim<'a> {
             let Some(job) = self.gitlab.pop_front() else {
                 break;
             };
-            self.demand.job_arrived(now, Some(queue_size));
+            let foreseen = self.learn_pipelines
+                && job
+                    .label
+                    .as_ref()
+                    .is_some_and(|l| self.pipelines.foresees(staged(l)));
+            if foreseen {
+                self.demand.foreseen_job_arrived(now, Some(queue_size));
+            } else {
+                self.demand.job_arrived(now, Some(queue_size));
+            }
             self.waiting.push_back(Waiting {
                 arrived: job.arrived,
                 taken: now,

@@ -60,9 +60,21 @@ impl StageShape {
         self.durations.median()
     }
 
+    /// The shortest of the recent durations: the earliest the next stage has come lately.
+    pub fn shortest_duration(&self) -> Option<Millis> {
+        self.durations.by_pipeline.iter().map(|&(_, d)| d).min()
+    }
+
     /// How many jobs the stage after it usually has.
     pub fn next_stage_jobs(&self) -> Option<u32> {
         self.next.as_ref()?.jobs.median()
+    }
+
+    /// Whether `name` is the stage learned to follow, with its duration and job count known.
+    pub fn is_followed_by(&self, name: &str) -> bool {
+        self.next.as_ref().is_some_and(|n| n.name == name)
+            && self.usual_duration().is_some()
+            && self.next_stage_jobs().is_some()
     }
 
     /// `name` followed this stage: a different stage than before starts its counts afresh
@@ -111,6 +123,15 @@ impl Run {
     /// The stage that started last.
     pub fn current_stage(&self) -> Option<&StageRun> {
         self.stages.last()
+    }
+
+    /// The stage `name` follows in this run: the one before it, or the current stage if
+    /// `name` has not started.
+    pub fn stage_before(&self, name: &str) -> Option<&StageRun> {
+        match self.stages.iter().position(|s| s.name == name) {
+            Some(position) => self.stages[..position].last(),
+            None => self.stages.last(),
+        }
     }
 
     fn is_running(&self) -> bool {

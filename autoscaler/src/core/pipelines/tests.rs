@@ -104,17 +104,38 @@ fn pipelines_in_flight_add_up() {
 }
 
 #[test]
-fn the_median_of_recent_pipelines_sets_the_duration() {
+fn the_recent_pipelines_say_from_when_and_until_when() {
     let mut t = PipelineTracker::default();
     let mut at = 0;
-    for (id, build) in [(1, 9), (2, 4), (3, 5), (4, 6)] {
+    for (id, build) in [(1, 2), (2, 4), (3, 5), (4, 6)] {
         let stages = [("build", 1, build * MINUTE), FANOUT[1]];
         at = run_pipeline(&mut t, "app", id, &stages, at);
     }
-    // The last three builds took 4, 5 and 6 minutes (the 9 is forgotten): 5 is usual.
+    // The last three builds took 4, 5 and 6 minutes (the 2 is forgotten): the tests are
+    // expected from the earliest of those, 4 minutes...
     start_stage(&mut t, "app", 5, FANOUT[0], at);
-    assert_eq!(t.forecast(at + 5 * MINUTE - LEAD - 1, LEAD).jobs_due, 0);
-    assert_eq!(t.forecast(at + 5 * MINUTE - LEAD, LEAD).jobs_due, 8);
+    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD - 1, LEAD).jobs_due, 0);
+    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD, LEAD).jobs_due, 8);
+    // ...until the build has run twice the usual (median) 5 minutes.
+    assert_eq!(t.forecast(at + 10 * MINUTE, LEAD).jobs_due, 8);
+    assert_eq!(t.forecast(at + 10 * MINUTE + 1, LEAD).jobs_due, 0);
+}
+
+#[test]
+fn the_next_stages_jobs_are_foreseen_and_no_others() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    let test = |pipeline| job("app", pipeline, "test", "test 0");
+    assert!(t.foresees(test(4)));
+    // Another job of the stage, once the stage has started, too.
+    end_stage(&mut t, "app", 4, FANOUT[0], start + 5 * MINUTE);
+    start_stage(&mut t, "app", 4, ("test", 1, MINUTE), start + 5 * MINUTE);
+    assert!(t.foresees(job("app", 4, "test", "test 7")));
+    // Not a pipeline's first job, not a stage that does not follow, not an unknown project.
+    assert!(!t.foresees(job("app", 5, "build", "build 0")));
+    assert!(!t.foresees(job("app", 4, "lint", "rubocop")));
+    assert!(!t.foresees(job("web", 4, "test", "test 0")));
 }
 
 #[test]

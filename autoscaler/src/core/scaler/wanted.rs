@@ -27,9 +27,11 @@ impl Wanted {
             ),
         };
         let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
-        // The next stages' jobs are known to come, on top of what recent arrivals suggest:
-        // those arrivals are earlier stages' jobs, which do not come again.
-        let with_pipelines = forecast_total.saturating_add(pipelines);
+        // The slots held for recent arrivals and those for the next stages' jobs serve the same
+        // bursts: the arrivals the first forecast counts are the earlier stages' jobs, the very
+        // bursts pipelines bring. Added, each burst would be held for twice; the larger covers
+        // the stages foreseen and the arrivals alike.
+        let with_pipelines = forecast_total.max(waiting_jobs.saturating_add(pipelines));
         Self {
             steps: [
                 (waiting_jobs, Reason::WaitingJobs),
