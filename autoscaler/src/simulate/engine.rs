@@ -65,6 +65,7 @@ impl Pending {
     }
 }
 
+/// A job's labels as the pipeline tracker takes them.
 fn staged(label: &Label) -> StagedJob<'_> {
     StagedJob {
         project: &label.project,
@@ -260,16 +261,7 @@ impl<'a> Sim<'a> {
             let Some(job) = self.gitlab.pop_front() else {
                 break;
             };
-            let foreseen = self.learn_pipelines
-                && job
-                    .label
-                    .as_ref()
-                    .is_some_and(|l| self.pipelines.foresees(staged(l)));
-            if foreseen {
-                self.demand.foreseen_job_arrived(now, Some(queue_size));
-            } else {
-                self.demand.job_arrived(now, Some(queue_size));
-            }
+            self.record_arrival(job.label.as_ref(), now, queue_size);
             self.waiting.push_back(Waiting {
                 arrived: job.arrived,
                 taken: now,
@@ -277,6 +269,18 @@ impl<'a> Sim<'a> {
                 key: job.key,
                 label: job.label,
             });
+        }
+    }
+
+    /// A job taken from GitLab, for the demand tracker: one the pipeline forecast foresaw is
+    /// no news to the arrivals' peak (the forecast already held slots for it).
+    fn record_arrival(&mut self, label: Option<&Label>, now: Millis, queue_size: u32) {
+        let foreseen =
+            self.learn_pipelines && label.is_some_and(|l| self.pipelines.foresees(staged(l)));
+        if foreseen {
+            self.demand.foreseen_job_arrived(now, Some(queue_size));
+        } else {
+            self.demand.job_arrived(now, Some(queue_size));
         }
     }
 
