@@ -10,6 +10,7 @@ pub mod features;
 pub mod job;
 pub mod machine;
 pub mod payload;
+pub mod pipelines;
 pub mod reconcile;
 pub mod routing;
 pub mod scaler;

@@ -10,12 +10,14 @@
 //! provisioner is paused.
 //!
 //! Under the demand-aware strategy (`core::demand`) the free slots held are the forecast's
-//! (never fewer than the idle target above), and an idle machine the forecast does not need
+//! (never fewer than the idle target above), plus the jobs pipelines in flight will soon make
+//! pending (`core::pipelines`) and GitLab's reported queue, and an idle machine the forecast does not need
 //! goes once it has idled as long as a new machine takes to make (at most `idle_time`). With a
 //! `billing_period`, such a machine is kept until the end of the period already paid for.
 
 use serde::{Deserialize, Serialize};
 
+use self::wanted::Wanted;
 use super::Millis;
 use super::demand::{self, Forecast};
 use super::machine::MachineState;
@@ -86,6 +88,8 @@ pub enum Reason {
     ProvisionerPaused,
     /// Demand-aware: recent arrivals say jobs will come faster than machines can be made.
     DemandForecast,
+    /// Demand-aware: pipelines in flight will soon make their next stage's jobs pending.
+    PipelineForecast,
     /// Demand-aware: GitLab reports more jobs queued for this runner.
     GitlabQueue,
     /// Demand-aware: idle, and the forecast no longer needs it.
@@ -107,6 +111,7 @@ impl Reason {
             Reason::Steady => "steady",
             Reason::ProvisionerPaused => "provisioner_paused",
             Reason::DemandForecast => "demand_forecast",
+            Reason::PipelineForecast => "pipeline_forecast",
             Reason::GitlabQueue => "gitlab_queue",
             Reason::DemandFell => "demand_fell",
             Reason::BillingPeriodEnd => "billing_period_end",
@@ -206,43 +211,6 @@ impl ScalePolicy {
     }
 }
 
-/// Free slots wanted beyond the waiting jobs, and the reason each step of it gives.
-struct Wanted {
-    /// (free slots wanted in all, the reason a shortfall up to it gives), in rising order.
-    steps: [(u32, Reason); 4],
-}
-
-impl Wanted {
-    fn new(p: &ScalePolicy, forecast: &Forecast, waiting_jobs: u32, in_use: u32) -> Self {
-        let floor = waiting_jobs.saturating_add(p.idle_target(in_use));
-        let (peak, backlog) = match p.strategy {
-            Strategy::Idle => (0, 0),
-            Strategy::Demand => (forecast.peak_in_lead_time, forecast.gitlab_backlog),
-        };
-        let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
-        Self {
-            steps: [
-                (waiting_jobs, Reason::WaitingJobs),
-                (floor, Reason::IdleTarget),
-                (forecast_total, Reason::DemandForecast),
-                (forecast_total.saturating_add(backlog), Reason::GitlabQueue),
-            ],
-        }
-    }
-
-    fn total(&self) -> u32 {
-        self.steps[3].0
-    }
-
-    /// Why `free` slots are not enough: the first step they fall short of.
-    fn shortfall_reason(&self, free: u32) -> Reason {
-        self.steps
-            .iter()
-            .find(|(wanted, _)| free < *wanted)
-            .map_or(Reason::Steady, |(_, reason)| *reason)
-    }
-}
-
 /// The pool's next moves.
 pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     let PlanInput {
@@ -288,9 +256,10 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     };
     if p.strategy == Strategy::Demand {
         plan.summary.push_str(&format!(
-            " (forecast {} in {} s, GitLab queue {})",
+            " (forecast {} in {} s, pipelines {}, GitLab queue {})",
             forecast.peak_in_lead_time,
             forecast.lead_time / 1000,
+            forecast.pipeline_jobs,
             forecast.gitlab_backlog
         ));
     }
@@ -313,11 +282,9 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
     let recently_needed = match p.strategy {
         Strategy::Idle => 0,
-        Strategy::Demand => forecast.need_peak.saturating_sub(
-            in_use
-                .saturating_add(forecast.peak_in_lead_time)
-                .saturating_add(forecast.gitlab_backlog),
-        ),
+        Strategy::Demand => forecast
+            .need_peak
+            .saturating_sub(in_use.saturating_add(demand::wanted_free_slots(&forecast))),
     };
     let spare = (free - wanted_free).saturating_sub(recently_needed);
     reclaim_idle(&mut plan, &serving, p, &forecast, now, spare);
@@ -402,7 +369,11 @@ fn reclaim_idle(
     }
 }
 
+mod wanted;
+
 #[cfg(test)]
 mod demand_tests;
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod tests;

@@ -87,6 +87,7 @@ impl PoolController {
         } else {
             Forecast {
                 peak_in_lead_time: 0,
+                pipeline_jobs: 0,
                 gitlab_backlog: 0,
                 need_peak: 0,
                 ..*forecast

@@ -66,6 +66,7 @@ const SCALE_ACTIONS: [(&str, &[Reason]); 4] = [
             Reason::WaitingJobs,
             Reason::IdleTarget,
             Reason::DemandForecast,
+            Reason::PipelineForecast,
             Reason::GitlabQueue,
         ],
     ),

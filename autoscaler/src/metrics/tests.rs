@@ -109,6 +109,7 @@ fn a_registered_pool_has_zero_series_before_any_event() {
         "autoscaler_machine_failures_total{pool=\"arm\",reason=\"vanished\"} 0",
         "autoscaler_machine_failures_total{pool=\"arm\",reason=\"create_lost\"} 0",
         "autoscaler_scale_actions_total{pool=\"arm\",action=\"create\",reason=\"waiting_jobs\"} 0",
+        "autoscaler_scale_actions_total{pool=\"arm\",action=\"create\",reason=\"pipeline_forecast\"} 0",
         "autoscaler_scale_actions_total{pool=\"arm\",action=\"destroy\",reason=\"idle_timeout\"} 0",
         "autoscaler_machine_deletion_seconds_count{pool=\"arm\"} 0",
         "autoscaler_machine_lifetime_seconds_count{pool=\"arm\"} 0",

@@ -12,6 +12,9 @@
 //!   destroyed machine is gone at once.
 //! - A pass runs at every event (arrival, pipeline creation, boot end, job end) and at least
 //!   every [`TICK`].
+//! - A job's start and end, with its project, pipeline, stage and name (a pipeline's, or a
+//!   replayed job's labels), teach the pool's pipeline tracker (`core::pipelines`) its projects'
+//!   shapes, as the service would from the jobs' payloads; its forecast joins the demand's.
 
 use std::collections::VecDeque;
 
@@ -20,11 +23,12 @@ use super::pipeline::Pipeline;
 use super::policy::SimPool;
 use super::release::{JobKey, Released, Releases};
 use super::report::Tally;
-use super::workload::Job;
+use super::workload::{Job, Label};
 use crate::core::Millis;
 use crate::core::breaker::Breaker;
 use crate::core::demand::DemandTracker;
 use crate::core::machine::MachineState;
+use crate::core::pipelines::{PipelineTracker, StagedJob};
 use crate::core::scaler::{self, PlanInput};
 use crate::core::schedule;
 use crate::core::throttle::TokenBucket;
@@ -39,15 +43,35 @@ struct Pending {
     runs_for: Millis,
     /// Set for a pipeline's job: its end releases the jobs waiting for it.
     key: Option<JobKey>,
+    /// Where GitLab places it (project, pipeline, stage, name), when known.
+    label: Option<Label>,
 }
 
-impl From<Released> for Pending {
-    fn from(r: Released) -> Self {
+impl Pending {
+    fn released(r: Released, pipelines: &[Pipeline]) -> Self {
+        let pipeline = &pipelines[r.key.0];
+        let job = &pipeline.jobs[r.key.1];
         Self {
             arrived: r.at,
             runs_for: r.runs_for,
             key: Some(r.key),
+            label: Some(Label {
+                project: pipeline.project.clone(),
+                pipeline: pipeline.id,
+                stage: job.stage.clone(),
+                name: job.name.clone(),
+            }),
         }
+    }
+}
+
+/// A job's labels as the pipeline tracker takes them.
+fn staged(label: &Label) -> StagedJob<'_> {
+    StagedJob {
+        project: &label.project,
+        pipeline: label.pipeline,
+        stage: &label.stage,
+        name: &label.name,
     }
 }
 
@@ -57,6 +81,7 @@ struct Waiting {
     taken: Millis,
     runs_for: Millis,
     key: Option<JobKey>,
+    label: Option<Label>,
 }
 
 /// The jobs one pool serves: timed ones (sorted by arrival) and pipelines (sorted by
@@ -69,8 +94,30 @@ pub struct PoolLoad<'a> {
 /// Simulates `pool` serving `load` from `start`; `until` is the end of the workload (the run
 /// goes on until every job is done).
 pub fn run(pool: &SimPool, load: &PoolLoad<'_>, start: Millis, until: Millis, seed: u64) -> Tally {
+    run_with(pool, load, (start, until), seed, Pipelines::Learned)
+}
+
+/// Whether the planner is told what pipelines in flight will bring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipelines {
+    /// The service's way: the pipeline tracker learns from the jobs and forecasts.
+    Learned,
+    /// As before the tracker: arrivals and GitLab's queue only (for comparisons in tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Ignored,
+}
+
+/// [`run`], over `(start, until)`, with or without the pipeline forecast.
+pub fn run_with(
+    pool: &SimPool,
+    load: &PoolLoad<'_>,
+    (start, until): (Millis, Millis),
+    seed: u64,
+    pipelines: Pipelines,
+) -> Tally {
     let jobs = load.jobs;
-    let mut sim = Sim::new(pool, start, seed);
+    let mut sim = Sim::new(pool, start, seed, load.pipelines);
+    sim.learn_pipelines = pipelines == Pipelines::Learned;
     let mut releases = Releases::new(load.pipelines);
     let mut next_job = 0;
     let mut now = start;
@@ -80,11 +127,16 @@ pub fn run(pool: &SimPool, load: &PoolLoad<'_>, start: Millis, until: Millis, se
                 arrived: jobs[next_job].at,
                 runs_for: jobs[next_job].runs_for,
                 key: None,
+                label: jobs[next_job].label.clone(),
             });
             next_job += 1;
         }
         let created = releases.create_due(now);
-        sim.gitlab.extend(created.into_iter().map(Pending::from));
+        sim.gitlab.extend(
+            created
+                .into_iter()
+                .map(|r| Pending::released(r, load.pipelines)),
+        );
         sim.pass(now, &mut releases);
         let done = next_job == jobs.len() && releases.all_created() && sim.idle_of_jobs();
         if done && now >= until {
@@ -117,6 +169,7 @@ struct Running {
     end: Millis,
     machine: String,
     key: Option<JobKey>,
+    label: Option<Label>,
 }
 
 struct Sim<'a> {
@@ -126,13 +179,18 @@ struct Sim<'a> {
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     demand: DemandTracker,
+    pipelines: PipelineTracker,
+    /// Whether `pipelines` is fed and its forecast used.
+    learn_pipelines: bool,
+    /// The run's pipelines, by index (a [`JobKey`]'s first half).
+    drawn: &'a [Pipeline],
     throttle: TokenBucket,
     breaker: Breaker,
     tally: Tally,
 }
 
 impl<'a> Sim<'a> {
-    fn new(pool: &'a SimPool, start: Millis, seed: u64) -> Self {
+    fn new(pool: &'a SimPool, start: Millis, seed: u64, drawn: &'a [Pipeline]) -> Self {
         let cloud = &pool.cloud;
         Self {
             pool,
@@ -141,6 +199,9 @@ impl<'a> Sim<'a> {
             waiting: VecDeque::new(),
             running: Vec::new(),
             demand: DemandTracker::default(),
+            pipelines: PipelineTracker::default(),
+            learn_pipelines: true,
+            drawn,
             throttle: TokenBucket::new(cloud.create_rate, cloud.create_burst, start),
             // As the service's provisioner breaker.
             breaker: Breaker::new(
@@ -180,9 +241,14 @@ impl<'a> Sim<'a> {
         ended.sort_by_key(|r| r.end);
         for r in ended {
             self.fleet.end_job(&r.machine, r.end);
+            if let Some(label) = r.label.as_ref().filter(|_| self.learn_pipelines) {
+                self.pipelines.job_ended(staged(label), r.end);
+            }
             let Some(key) = r.key else { continue };
             let released = releases.ended(key, r.end);
-            self.gitlab.extend(released.into_iter().map(Pending::from));
+            let drawn = self.drawn;
+            self.gitlab
+                .extend(released.into_iter().map(|r| Pending::released(r, drawn)));
         }
     }
 
@@ -195,13 +261,26 @@ impl<'a> Sim<'a> {
             let Some(job) = self.gitlab.pop_front() else {
                 break;
             };
-            self.demand.job_arrived(now, Some(queue_size));
+            self.record_arrival(job.label.as_ref(), now, queue_size);
             self.waiting.push_back(Waiting {
                 arrived: job.arrived,
                 taken: now,
                 runs_for: job.runs_for,
                 key: job.key,
+                label: job.label,
             });
+        }
+    }
+
+    /// A job taken from GitLab, for the demand tracker: one the pipeline forecast foresaw is
+    /// no news to the arrivals' peak (the forecast already held slots for it).
+    fn record_arrival(&mut self, label: Option<&Label>, now: Millis, queue_size: u32) {
+        let foreseen =
+            self.learn_pipelines && label.is_some_and(|l| self.pipelines.foresees(staged(l)));
+        if foreseen {
+            self.demand.foreseen_job_arrived(now, Some(queue_size));
+        } else {
+            self.demand.job_arrived(now, Some(queue_size));
         }
     }
 
@@ -248,11 +327,15 @@ impl<'a> Sim<'a> {
                 arrived: job.arrived,
                 at: now,
             });
+            if let Some(label) = job.label.as_ref().filter(|_| self.learn_pipelines) {
+                self.pipelines.job_started(staged(label), now);
+            }
             let id = self.fleet.machines[index].id.clone();
             self.running.push(Running {
                 end: now + job.runs_for,
                 machine: id,
                 key: job.key,
+                label: job.label,
             });
         }
     }
@@ -269,12 +352,14 @@ impl<'a> Sim<'a> {
         self.demand.observe_machines(states, now);
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
+        let mut forecast = self.demand.forecast(now, policy.idle_time);
+        forecast.pipeline_jobs = self.pipelines.forecast(now, forecast.lead_time).jobs_due;
         let plan = scaler::plan(&PlanInput {
             machines: &views,
             waiting_jobs: waiting,
             policy: &policy,
             provisioner_paused: !self.breaker.allows(now),
-            forecast: self.demand.forecast(now, policy.idle_time),
+            forecast,
             now,
         });
         for r in &plan.drain {

@@ -260,3 +260,52 @@ fn a_replay_wrong_throughout_names_twenty_lines_and_counts_the_rest() {
     assert_eq!(problems.len(), 21, "{problems:#?}");
     assert_eq!(problems[20], "and 5 more bad lines");
 }
+
+/// A lone build, then eight tests: twelve pipelines over ten hours, mostly far enough apart
+/// that nothing is left of the one before.
+const FANOUT: &str = "start = \"2026-11-23T08:00:00Z\"\nlength = \"10h\"\n\
+    [[pipelines]]\nproject = \"mono\"\n\
+    [[pipelines.windows]]\nfrom = \"0s\"\nto = \"10h\"\npipelines = 12\n\
+    [[pipelines.stages]]\nname = \"build\"\njobs = [\"compile\"]\nduration = \"5m\"\n\
+    [[pipelines.stages]]\nname = \"test\"\njobs = 8\nduration = \"6m\"\n";
+
+/// The test jobs' waits, pipeline by pipeline, with or without the pipeline forecast.
+fn test_stage_waits(pipelines: engine::Pipelines) -> Vec<Vec<Millis>> {
+    let dir = tempfile::tempdir().unwrap();
+    let load = Load::read(&write(dir.path(), "w.toml", FANOUT)).unwrap();
+    let pools = policy::read(&Input::read(&write(dir.path(), "p.toml", POLICY)).unwrap()).unwrap();
+    let own = PoolLoad {
+        jobs: &load.jobs,
+        pipelines: &load.pipelines,
+    };
+    let span = (load.start, load.start + load.length);
+    let tally = engine::run_with(&pools[0], &own, span, 1, pipelines);
+    let mut waits = vec![Vec::new(); load.pipelines.len()];
+    for s in &tally.starts {
+        let (pipeline, job) = s.key.unwrap();
+        if job > 0 {
+            waits[pipeline].push(s.at - s.arrived);
+        }
+    }
+    waits
+}
+
+#[test]
+fn the_pipeline_forecast_has_machines_ready_for_the_second_stage() {
+    let without = test_stage_waits(engine::Pipelines::Ignored);
+    let with = test_stage_waits(engine::Pipelines::Learned);
+    assert!(with.iter().chain(&without).all(|w| w.len() == 8));
+    let total = |w: &[Vec<Millis>]| w.iter().flatten().sum::<Millis>();
+    // Without it, the tests of a pipeline on its own wait for boots (a minute).
+    assert!(total(&without) >= 12 * 8 * MINUTE / 2, "{without:?}");
+    // With it, once the first pipeline has shown the shape, machines are ready when the build
+    // ends: a pass comes at least every 5 s, so a machine is asked for at most that late.
+    assert!(
+        with[1..].iter().flatten().all(|&w| w <= engine::TICK),
+        "{with:?}"
+    );
+    assert!(
+        total(&with) < total(&without) / 4,
+        "{with:?} vs {without:?}"
+    );
+}

@@ -65,7 +65,7 @@ pub struct Job {
     pub label: Option<Label>,
 }
 
-/// What GitLab knows of a job besides its timing: the planner does not use it yet.
+/// What GitLab knows of a job besides its timing: the pipeline forecast learns from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
     pub project: String,

@@ -26,6 +26,7 @@ fn forecast(peak: u32, backlog: u32) -> Forecast {
     Forecast {
         peak_in_lead_time: peak,
         gitlab_backlog: backlog,
+        pipeline_jobs: 0,
         lead_time: 60_000,
         surplus_grace: 60_000,
         need_peak: 0,

@@ -1,0 +1,177 @@
+//! The pipeline-aware forecast: each project's pipeline shape, learned from the jobs seen, and
+//! the jobs that pipelines in flight will make pending soon.
+//!
+//! A pipeline's first job predicts nothing to a forecast made from arrivals alone, yet the
+//! stages after it are known from the project's earlier pipelines: which stage follows which,
+//! how many jobs it has and how long the stage before it runs. The tracker learns those from
+//! the facts GitLab's job payloads carry (`job_info.project_id`, `CI_PIPELINE_ID`,
+//! `job_info.stage`, `job_info.name`) and the moments jobs start and end. For each pipeline in
+//! flight, the next stage's jobs are expected from the moment the current stage has run as
+//! long as its shortest recent run (a stage that ends earlier than its median is common, and
+//! the next stage's jobs would then wait for a boot: being ready by the earliest recent end
+//! costs the idle time of the spread, a wait costs a boot); the planner holds slots for those
+//! expected within the pool's lead time, so that machines are ready when they become pending
+//! and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
+//!
+//! Shapes change (a stage added, a job removed): the job count and the usual duration are
+//! medians of the last few pipelines, and a stage followed by a different one starts afresh,
+//! so a change is learned within a pipeline or two. Memory is bounded: a cap on projects, on stages and pipelines in
+//! flight per project, and on the pipelines remembered per figure; the least recently seen go.
+//!
+//! Pure: time comes in as an argument.
+
+mod shape;
+
+use std::collections::BTreeMap;
+
+use self::shape::{ProjectShape, Run};
+use super::Millis;
+
+/// Projects remembered; beyond it the one seen least recently is forgotten.
+pub const MAX_PROJECTS: usize = 500;
+/// Pipelines followed at once per project (running ones; finished ones are forgotten first).
+pub const MAX_RUNS: usize = 64;
+/// Stages remembered per project.
+pub const MAX_STAGES: usize = 64;
+/// Pipelines each figure (a stage's duration, the next stage's job count) is the median of:
+/// an odd number, so that one odd pipeline does not move it and two in a row do.
+pub const RECENT_PIPELINES: usize = 3;
+/// Job names told apart per stage of a pipeline: GitLab's `parallel` allows 200.
+pub const MAX_JOBS_PER_STAGE: usize = 200;
+
+/// A job as GitLab places it: the facts of its payload the forecast learns from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedJob<'a> {
+    /// `job_info.project_id` (any stable name of the project will do).
+    pub project: &'a str,
+    /// `CI_PIPELINE_ID`.
+    pub pipeline: u64,
+    /// `job_info.stage`.
+    pub stage: &'a str,
+    /// `job_info.name`.
+    pub name: &'a str,
+}
+
+/// Jobs that pipelines in flight will make pending, as known at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PipelineForecast {
+    /// Jobs of the next stages expected to be pending within the lead time asked about.
+    pub jobs_due: u32,
+    /// Pipelines whose next stage was counted.
+    pub pipelines: u32,
+}
+
+/// What one pool has learned of its projects' pipelines, and the pipelines it sees running.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineTracker {
+    projects: BTreeMap<String, ProjectShape>,
+}
+
+impl PipelineTracker {
+    /// `job` started running at `at`.
+    pub fn job_started(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.project(job.project, at).job_started(job, at);
+    }
+
+    /// `job` ended at `at` (whether it passed or failed: either way its slot is free, and a
+    /// failed one makes the next stage never come, which the learned figures do not count).
+    pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
+        if let Some(project) = self.projects.get_mut(job.project) {
+            project.job_ended(job, at);
+        }
+    }
+
+    /// The jobs expected pending by `now + lead_time`, from every pipeline in flight whose
+    /// project's shape is known. Unknown projects and stages count nothing.
+    pub fn forecast(&self, now: Millis, lead_time: Millis) -> PipelineForecast {
+        let mut out = PipelineForecast::default();
+        for project in self.projects.values() {
+            for due in project
+                .runs()
+                .filter_map(|r| next_stage_due(project, r, now))
+            {
+                if due.at <= now.saturating_add(lead_time) {
+                    out.jobs_due = out.jobs_due.saturating_add(due.jobs);
+                    out.pipelines += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `job`, pending now, is one of the next stage's jobs the forecast expected: its
+    /// pipeline is in flight and its project's shape says the stage started last is followed
+    /// by `job`'s stage. (Such a job is no news to a forecast from arrivals.)
+    pub fn foresees(&self, job: StagedJob<'_>) -> bool {
+        let Some(project) = self.projects.get(job.project) else {
+            return false;
+        };
+        let Some(run) = project.runs().find(|r| r.pipeline == job.pipeline) else {
+            return false;
+        };
+        let before = run.stage_before(job.stage);
+        before
+            .and_then(|s| project.stage(&s.name))
+            .is_some_and(|shape| shape.is_followed_by(job.stage))
+    }
+
+    /// Projects remembered now.
+    pub fn projects(&self) -> usize {
+        self.projects.len()
+    }
+
+    /// `name`'s shape, made if new (forgetting the least recently seen project when full).
+    fn project(&mut self, name: &str, at: Millis) -> &mut ProjectShape {
+        if !self.projects.contains_key(name) && self.projects.len() >= MAX_PROJECTS {
+            let stalest = self
+                .projects
+                .iter()
+                .min_by_key(|(_, p)| p.last_seen())
+                .map(|(n, _)| n.clone());
+            if let Some(stalest) = stalest {
+                self.projects.remove(&stalest);
+            }
+        }
+        let project = self.projects.entry(name.to_string()).or_default();
+        project.touch(at);
+        project
+    }
+}
+
+/// The next stage of a pipeline in flight: how many jobs, expected pending when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Due {
+    jobs: u32,
+    at: Millis,
+}
+
+/// The next stage of `run`, if its current stage is running and the project's shape says what
+/// follows it and how long it takes: due from the shortest recent duration. A stage that has
+/// run twice its usual (median) time is no longer described by the shape (a slow runner, a
+/// hung job): its next stage is not forecast, rather than holding machines for it
+/// indefinitely.
+fn next_stage_due(project: &ProjectShape, run: &Run, now: Millis) -> Option<Due> {
+    let current = run.current_stage()?;
+    if current.running == 0 {
+        // Its jobs ended (the next stage is pending, counted as waiting jobs) or wait for a
+        // machine (counted so too).
+        return None;
+    }
+    let learned = project.stage(&current.name)?;
+    let duration = learned.usual_duration()?;
+    let jobs = learned.next_stage_jobs()?;
+    let at = current
+        .started_at
+        .saturating_add(learned.shortest_duration()?);
+    if now
+        > current
+            .started_at
+            .saturating_add(duration.saturating_mul(2))
+    {
+        return None;
+    }
+    Some(Due { jobs, at })
+}
+
+#[cfg(test)]
+mod tests;

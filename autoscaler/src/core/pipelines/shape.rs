@@ -1,0 +1,273 @@
+//! One project's learned pipeline shape and its pipelines in flight.
+//!
+//! A stage's duration is taken from its first job's start to the end of the pipeline's last
+//! job that ended before the next stage's first job started: under GitLab's stages that is the
+//! end of the stage's last job, the moment the next stage becomes pending; with `needs` it is
+//! the end of a job the next one waited for, or earlier, never later. Starts and not pending
+//! times are what the payloads tell, and a start's wait for a machine must not lengthen what
+//! is learned: the end of the previous job does not include it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use super::{MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
+use crate::core::Millis;
+
+/// The last [`RECENT_PIPELINES`] observations of one figure, one per pipeline: a pipeline that
+/// observes it again (another job of the stage started) replaces its own.
+#[derive(Debug, Clone, Default)]
+pub struct Recent<T> {
+    by_pipeline: VecDeque<(u64, T)>,
+}
+
+impl<T: Copy + Ord> Recent<T> {
+    pub fn record(&mut self, pipeline: u64, value: T) {
+        if let Some(seen) = self.by_pipeline.iter_mut().find(|(p, _)| *p == pipeline) {
+            seen.1 = value;
+            return;
+        }
+        if self.by_pipeline.len() == RECENT_PIPELINES {
+            self.by_pipeline.pop_front();
+        }
+        self.by_pipeline.push_back((pipeline, value));
+    }
+
+    /// The median (the lower one of an even count): one odd pipeline does not move it.
+    pub fn median(&self) -> Option<T> {
+        let mut values: Vec<T> = self.by_pipeline.iter().map(|&(_, v)| v).collect();
+        values.sort_unstable();
+        values.get(values.len().checked_sub(1)? / 2).copied()
+    }
+}
+
+/// What is learned of one stage of a project.
+#[derive(Debug, Clone, Default)]
+pub struct StageShape {
+    last_seen: Millis,
+    durations: Recent<Millis>,
+    next: Option<NextStage>,
+}
+
+/// The stage seen following another, and its job counts.
+#[derive(Debug, Clone)]
+struct NextStage {
+    name: String,
+    jobs: Recent<u32>,
+}
+
+impl StageShape {
+    /// How long the stage usually runs, until the next stage is pending.
+    pub fn usual_duration(&self) -> Option<Millis> {
+        self.durations.median()
+    }
+
+    /// The shortest of the recent durations: the earliest the next stage has come lately.
+    pub fn shortest_duration(&self) -> Option<Millis> {
+        self.durations.by_pipeline.iter().map(|&(_, d)| d).min()
+    }
+
+    /// How many jobs the stage after it usually has.
+    pub fn next_stage_jobs(&self) -> Option<u32> {
+        self.next.as_ref()?.jobs.median()
+    }
+
+    /// Whether `name` is the stage learned to follow, with its duration and job count known.
+    pub fn is_followed_by(&self, name: &str) -> bool {
+        self.next.as_ref().is_some_and(|n| n.name == name)
+            && self.usual_duration().is_some()
+            && self.next_stage_jobs().is_some()
+    }
+
+    /// `name` followed this stage: a different stage than before starts its counts afresh
+    /// (the shape changed: a stage added or removed).
+    fn followed_by(&mut self, name: &str) {
+        if self.next.as_ref().is_none_or(|n| n.name != name) {
+            self.next = Some(NextStage {
+                name: name.to_string(),
+                jobs: Recent::default(),
+            });
+        }
+    }
+
+    /// The stage after this one, named `name`, had `jobs` jobs started in `pipeline`.
+    fn next_stage_had(&mut self, name: &str, pipeline: u64, jobs: u32) {
+        if let Some(next) = self.next.as_mut().filter(|n| n.name == name) {
+            next.jobs.record(pipeline, jobs);
+        }
+    }
+}
+
+/// A stage of a pipeline in flight.
+#[derive(Debug, Clone)]
+pub struct StageRun {
+    pub name: String,
+    /// When its first job started.
+    pub started_at: Millis,
+    /// Jobs started now and not ended.
+    pub running: u32,
+    /// The names of its jobs started (a retried job counts once).
+    pub(super) jobs: BTreeSet<String>,
+}
+
+/// A pipeline in flight.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub(super) pipeline: u64,
+    last_seen: Millis,
+    /// In the order their first jobs started.
+    stages: Vec<StageRun>,
+    /// The latest end of one of its jobs.
+    last_end: Option<Millis>,
+}
+
+impl Run {
+    /// The stage that started last.
+    pub fn current_stage(&self) -> Option<&StageRun> {
+        self.stages.last()
+    }
+
+    /// The stage `name` follows in this run: the one before it, or the current stage if
+    /// `name` has not started.
+    pub fn stage_before(&self, name: &str) -> Option<&StageRun> {
+        match self.stages.iter().position(|s| s.name == name) {
+            Some(position) => self.stages[..position].last(),
+            None => self.stages.last(),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.stages.iter().any(|s| s.running > 0)
+    }
+}
+
+/// A project: the shapes of its stages and its pipelines in flight.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectShape {
+    last_seen: Millis,
+    stages: BTreeMap<String, StageShape>,
+    runs: Vec<Run>,
+}
+
+impl ProjectShape {
+    pub fn last_seen(&self) -> Millis {
+        self.last_seen
+    }
+
+    pub fn touch(&mut self, at: Millis) {
+        self.last_seen = self.last_seen.max(at);
+    }
+
+    pub fn stage(&self, name: &str) -> Option<&StageShape> {
+        self.stages.get(name)
+    }
+
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter()
+    }
+
+    pub fn job_started(&mut self, job: StagedJob<'_>, at: Millis) {
+        let index = self.run_index(job.pipeline, at);
+        let run = &mut self.runs[index];
+        run.last_seen = at;
+        let position = match run.stages.iter().position(|s| s.name == job.stage) {
+            Some(position) => position,
+            None if run.stages.len() < MAX_STAGES => {
+                let (previous, release) = (run.current_stage().cloned(), run.last_end);
+                run.stages.push(StageRun {
+                    name: job.stage.to_string(),
+                    started_at: at,
+                    running: 0,
+                    jobs: BTreeSet::new(),
+                });
+                if let Some(previous) = previous {
+                    self.learn_transition(&previous, job.stage, release, job.pipeline, at);
+                }
+                self.runs[index].stages.len() - 1
+            }
+            None => return,
+        };
+        let stage = &mut self.runs[index].stages[position];
+        stage.running += 1;
+        if stage.jobs.len() < MAX_JOBS_PER_STAGE {
+            stage.jobs.insert(job.name.to_string());
+        }
+        let jobs = u32::try_from(stage.jobs.len()).unwrap_or(u32::MAX);
+        let previous = position
+            .checked_sub(1)
+            .map(|p| self.runs[index].stages[p].name.clone());
+        if let Some(previous) = previous
+            && let Some(shape) = self.stages.get_mut(&previous)
+        {
+            shape.next_stage_had(job.stage, job.pipeline, jobs);
+        }
+    }
+
+    pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
+        let Some(run) = self.runs.iter_mut().find(|r| r.pipeline == job.pipeline) else {
+            return;
+        };
+        run.last_seen = at;
+        run.last_end = Some(run.last_end.map_or(at, |end| end.max(at)));
+        if let Some(stage) = run.stages.iter_mut().find(|s| s.name == job.stage) {
+            stage.running = stage.running.saturating_sub(1);
+        }
+    }
+
+    /// `next` started after `previous` in `pipeline`, the last job before it having ended at
+    /// `release`: `previous` is followed by `next` and ran until `release`.
+    fn learn_transition(
+        &mut self,
+        previous: &StageRun,
+        next: &str,
+        release: Option<Millis>,
+        pipeline: u64,
+        at: Millis,
+    ) {
+        let shape = self.stage_shape(&previous.name, at);
+        shape.followed_by(next);
+        // No job ended since the previous stage began: the next one did not wait for it
+        // (`needs: []`), which says nothing of its duration.
+        if let Some(release) = release.filter(|&r| r >= previous.started_at) {
+            shape
+                .durations
+                .record(pipeline, release - previous.started_at);
+        }
+    }
+
+    /// The shape of stage `name`, made if new (forgetting the least recently seen when full).
+    fn stage_shape(&mut self, name: &str, at: Millis) -> &mut StageShape {
+        if !self.stages.contains_key(name) && self.stages.len() >= MAX_STAGES {
+            let stalest = self
+                .stages
+                .iter()
+                .min_by_key(|(_, s)| s.last_seen)
+                .map(|(n, _)| n.clone());
+            if let Some(stalest) = stalest {
+                self.stages.remove(&stalest);
+            }
+        }
+        let shape = self.stages.entry(name.to_string()).or_default();
+        shape.last_seen = shape.last_seen.max(at);
+        shape
+    }
+
+    /// The index of `pipeline`'s run, made if new. When full, a finished pipeline goes first
+    /// (the least recently seen), else the least recently seen of all.
+    fn run_index(&mut self, pipeline: u64, at: Millis) -> usize {
+        if let Some(index) = self.runs.iter().position(|r| r.pipeline == pipeline) {
+            return index;
+        }
+        if self.runs.len() >= MAX_RUNS
+            && let Some(stalest) = (0..self.runs.len())
+                .min_by_key(|&i| (self.runs[i].is_running(), self.runs[i].last_seen))
+        {
+            self.runs.swap_remove(stalest);
+        }
+        self.runs.push(Run {
+            pipeline,
+            last_seen: at,
+            stages: Vec::new(),
+            last_end: None,
+        });
+        self.runs.len() - 1
+    }
+}

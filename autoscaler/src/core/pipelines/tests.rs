@@ -1,0 +1,247 @@
+//! Learning pipeline shapes from the jobs seen, adapting when they change, forecasting the next
+//! stage of pipelines in flight, and staying within the memory bound.
+
+use super::*;
+
+const MINUTE: Millis = 60_000;
+const LEAD: Millis = 90_000;
+
+/// A stage: its name, its jobs, how long each runs.
+type Stage<'a> = (&'a str, u32, Millis);
+
+const FANOUT: [Stage<'static>; 3] = [
+    ("build", 1, 5 * MINUTE),
+    ("test", 8, 10 * MINUTE),
+    ("deploy", 2, 2 * MINUTE),
+];
+
+fn job<'a>(project: &'a str, pipeline: u64, stage: &'a str, name: &'a str) -> StagedJob<'a> {
+    StagedJob {
+        project,
+        pipeline,
+        stage,
+        name,
+    }
+}
+
+/// Starts every job of `stage` at `at`: returns their names.
+fn start_stage(t: &mut PipelineTracker, project: &str, id: u64, stage: Stage<'_>, at: Millis) {
+    for n in 0..stage.1 {
+        t.job_started(job(project, id, stage.0, &format!("{} {n}", stage.0)), at);
+    }
+}
+
+fn end_stage(t: &mut PipelineTracker, project: &str, id: u64, stage: Stage<'_>, at: Millis) {
+    for n in 0..stage.1 {
+        t.job_ended(job(project, id, stage.0, &format!("{} {n}", stage.0)), at);
+    }
+}
+
+/// Runs a whole pipeline of `stages` from `at`, each stage pending when the one before ended
+/// and started at once; returns when it ended.
+fn run_pipeline(
+    t: &mut PipelineTracker,
+    project: &str,
+    id: u64,
+    stages: &[Stage<'_>],
+    mut at: Millis,
+) -> Millis {
+    for &stage in stages {
+        start_stage(t, project, id, stage, at);
+        at += stage.2;
+        end_stage(t, project, id, stage, at);
+    }
+    at
+}
+
+/// Three pipelines of `stages`, one after the other from 0; returns when the last ended.
+fn learn(t: &mut PipelineTracker, project: &str, stages: &[Stage<'_>]) -> Millis {
+    (1..=3).fold(0, |at, id| run_pipeline(t, project, id, stages, at))
+}
+
+#[test]
+fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT) + MINUTE;
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    // The build runs 5 minutes: its eight test jobs are not counted before 5 min - lead time.
+    assert_eq!(t.forecast(start + MINUTE, LEAD).jobs_due, 0);
+    let due = start + 5 * MINUTE;
+    assert_eq!(t.forecast(due - LEAD - 1, LEAD).jobs_due, 0);
+    let f = t.forecast(due - LEAD, LEAD);
+    assert_eq!((f.jobs_due, f.pipelines), (8, 1));
+    // Once the build has ended the tests are pending: the planner counts them as waiting.
+    end_stage(&mut t, "app", 4, FANOUT[0], due);
+    assert_eq!(t.forecast(due, LEAD).jobs_due, 0);
+    // The test stage runs: the two deploy jobs come 10 minutes after it started.
+    start_stage(&mut t, "app", 4, FANOUT[1], due);
+    assert_eq!(t.forecast(due + 10 * MINUTE - LEAD, LEAD).jobs_due, 2);
+    // The last stage has nothing after it.
+    end_stage(&mut t, "app", 4, FANOUT[1], due + 10 * MINUTE);
+    start_stage(&mut t, "app", 4, FANOUT[2], due + 10 * MINUTE);
+    assert_eq!(t.forecast(due + 11 * MINUTE, LEAD).jobs_due, 0);
+}
+
+#[test]
+fn unknown_projects_and_stages_forecast_nothing() {
+    let mut t = PipelineTracker::default();
+    learn(&mut t, "app", &FANOUT);
+    start_stage(&mut t, "other", 9, FANOUT[0], 100 * MINUTE);
+    start_stage(&mut t, "app", 10, ("lint", 1, MINUTE), 100 * MINUTE);
+    assert_eq!(t.forecast(105 * MINUTE, LEAD), PipelineForecast::default());
+}
+
+#[test]
+fn pipelines_in_flight_add_up() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    for (id, offset) in [(10, 0), (11, 30_000), (12, 4 * MINUTE)] {
+        start_stage(&mut t, "app", id, FANOUT[0], start + offset);
+    }
+    // Two builds end within the lead time of 4 min; the third only at 9 min.
+    let f = t.forecast(start + 4 * MINUTE, LEAD);
+    assert_eq!((f.jobs_due, f.pipelines), (16, 2));
+}
+
+#[test]
+fn the_recent_pipelines_say_from_when_and_until_when() {
+    let mut t = PipelineTracker::default();
+    let mut at = 0;
+    for (id, build) in [(1, 2), (2, 4), (3, 5), (4, 6)] {
+        let stages = [("build", 1, build * MINUTE), FANOUT[1]];
+        at = run_pipeline(&mut t, "app", id, &stages, at);
+    }
+    // The last three builds took 4, 5 and 6 minutes (the 2 is forgotten): the tests are
+    // expected from the earliest of those, 4 minutes...
+    start_stage(&mut t, "app", 5, FANOUT[0], at);
+    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD - 1, LEAD).jobs_due, 0);
+    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD, LEAD).jobs_due, 8);
+    // ...until the build has run twice the usual (median) 5 minutes.
+    assert_eq!(t.forecast(at + 10 * MINUTE, LEAD).jobs_due, 8);
+    assert_eq!(t.forecast(at + 10 * MINUTE + 1, LEAD).jobs_due, 0);
+}
+
+#[test]
+fn the_next_stages_jobs_are_foreseen_and_no_others() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    let test = |pipeline| job("app", pipeline, "test", "test 0");
+    assert!(t.foresees(test(4)));
+    // Another job of the stage, once the stage has started, too.
+    end_stage(&mut t, "app", 4, FANOUT[0], start + 5 * MINUTE);
+    start_stage(&mut t, "app", 4, ("test", 1, MINUTE), start + 5 * MINUTE);
+    assert!(t.foresees(job("app", 4, "test", "test 7")));
+    // Not a pipeline's first job, not a stage that does not follow, not an unknown project.
+    assert!(!t.foresees(job("app", 5, "build", "build 0")));
+    assert!(!t.foresees(job("app", 4, "lint", "rubocop")));
+    assert!(!t.foresees(job("web", 4, "test", "test 0")));
+}
+
+#[test]
+fn a_job_removed_is_learned_in_two_pipelines() {
+    let mut t = PipelineTracker::default();
+    let mut at = learn(&mut t, "app", &FANOUT);
+    let seven = [FANOUT[0], ("test", 7, 10 * MINUTE), FANOUT[2]];
+    let mut forecast_after = Vec::new();
+    for id in 4..=5 {
+        at = run_pipeline(&mut t, "app", id, &seven, at);
+        start_stage(&mut t, "app", 100 + id, FANOUT[0], at);
+        forecast_after.push(t.forecast(at + 4 * MINUTE, LEAD).jobs_due);
+        end_stage(&mut t, "app", 100 + id, FANOUT[0], at + 5 * MINUTE);
+    }
+    // One pipeline with seven is an exception; two are the new shape.
+    assert_eq!(forecast_after, [8, 7]);
+}
+
+#[test]
+fn a_new_stage_is_learned_in_one_pipeline() {
+    let mut t = PipelineTracker::default();
+    let mut at = learn(&mut t, "app", &FANOUT);
+    let linted = [FANOUT[0], ("lint", 1, MINUTE), FANOUT[1], FANOUT[2]];
+    at = run_pipeline(&mut t, "app", 4, &linted, at);
+    start_stage(&mut t, "app", 5, FANOUT[0], at);
+    // The build is now followed by one lint job, not by the tests.
+    assert_eq!(t.forecast(at + 4 * MINUTE, LEAD).jobs_due, 1);
+    end_stage(&mut t, "app", 5, FANOUT[0], at + 5 * MINUTE);
+    start_stage(&mut t, "app", 5, ("lint", 1, MINUTE), at + 5 * MINUTE);
+    // Lint ran once, for a minute, before the eight tests.
+    assert_eq!(t.forecast(at + 5 * MINUTE, LEAD).jobs_due, 8);
+}
+
+#[test]
+fn a_retried_job_counts_once() {
+    let mut t = PipelineTracker::default();
+    let mut at = 0;
+    for id in 1..=3 {
+        start_stage(&mut t, "app", id, FANOUT[0], at);
+        end_stage(&mut t, "app", id, FANOUT[0], at + 5 * MINUTE);
+        at += 5 * MINUTE;
+        t.job_started(job("app", id, "test", "rspec"), at);
+        t.job_ended(job("app", id, "test", "rspec"), at + MINUTE);
+        t.job_started(job("app", id, "test", "rspec"), at + MINUTE);
+        t.job_ended(job("app", id, "test", "rspec"), at + 2 * MINUTE);
+        at += 2 * MINUTE;
+    }
+    start_stage(&mut t, "app", 4, FANOUT[0], at);
+    assert_eq!(t.forecast(at + 4 * MINUTE, LEAD).jobs_due, 1);
+}
+
+#[test]
+fn a_stage_twice_its_usual_length_is_no_longer_forecast() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    // Overdue, the tests are still expected (they come when the build ends)...
+    assert_eq!(t.forecast(start + 9 * MINUTE, LEAD).jobs_due, 8);
+    // ...until the build has run twice its usual 5 minutes.
+    assert_eq!(t.forecast(start + 10 * MINUTE + 1, LEAD).jobs_due, 0);
+}
+
+#[test]
+fn a_stage_that_waits_for_nothing_teaches_no_duration() {
+    let mut t = PipelineTracker::default();
+    for id in 1..=3 {
+        // `needs: []`: the second stage starts with the first, before any job ended.
+        start_stage(&mut t, "app", id, FANOUT[0], 0);
+        start_stage(&mut t, "app", id, FANOUT[1], 0);
+    }
+    start_stage(&mut t, "app", 4, FANOUT[0], 0);
+    assert_eq!(t.forecast(0, LEAD).jobs_due, 0);
+}
+
+#[test]
+fn memory_is_bounded_and_the_least_recently_seen_go() {
+    let mut t = PipelineTracker::default();
+    learn(&mut t, "dropped", &FANOUT);
+    let later = learn(&mut t, "kept", &FANOUT);
+    let n = MAX_PROJECTS as u64 + 10;
+    for p in 0..n {
+        // "kept" is seen again now and then, "dropped" never.
+        if p % 100 == 0 {
+            start_stage(&mut t, "kept", 1_000 + p, FANOUT[2], later + p);
+        }
+        start_stage(&mut t, &format!("p{p}"), 1, FANOUT[0], later + p);
+    }
+    assert_eq!(t.projects(), MAX_PROJECTS);
+    assert!(t.projects.contains_key("kept"));
+    assert!(!t.projects.contains_key("dropped"));
+    // Pipelines in flight per project are bounded too: those never ended count at most so many.
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    for id in 0..MAX_RUNS as u64 * 2 {
+        start_stage(&mut t, "app", 100 + id, FANOUT[0], start + id);
+    }
+    let f = t.forecast(start + 4 * MINUTE, LEAD);
+    assert_eq!(f.pipelines as usize, MAX_RUNS);
+    // And so are the names remembered per stage, whatever the pipeline throws at it.
+    t.job_started(job("app", 999, "huge", "x"), start);
+    for n in 0..MAX_JOBS_PER_STAGE * 2 {
+        t.job_started(job("app", 999, "huge", &format!("job {n}")), start);
+    }
+    let run = t.projects["app"]
+        .runs()
+        .find(|r| r.pipeline == 999)
+        .unwrap();
+    assert_eq!(run.current_stage().unwrap().jobs.len(), MAX_JOBS_PER_STAGE);
+}

@@ -1,0 +1,57 @@
+//! The free slots a pass wants, built up in steps, each with the reason a shortfall up to it
+//! gives: the decision's reason code is the first step the free slots fall short of.
+
+use super::{Reason, ScalePolicy, Strategy};
+use crate::core::demand::Forecast;
+
+/// Free slots wanted beyond the waiting jobs, and the reason each step of it gives.
+pub(super) struct Wanted {
+    /// (free slots wanted in all, the reason a shortfall up to it gives), in rising order.
+    steps: [(u32, Reason); 5],
+}
+
+impl Wanted {
+    pub(super) fn new(
+        p: &ScalePolicy,
+        forecast: &Forecast,
+        waiting_jobs: u32,
+        in_use: u32,
+    ) -> Self {
+        let floor = waiting_jobs.saturating_add(p.idle_target(in_use));
+        let (peak, pipelines, backlog) = match p.strategy {
+            Strategy::Idle => (0, 0, 0),
+            Strategy::Demand => (
+                forecast.peak_in_lead_time,
+                forecast.pipeline_jobs,
+                forecast.gitlab_backlog,
+            ),
+        };
+        let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
+        // The slots held for recent arrivals and those for the next stages' jobs serve the same
+        // bursts: the arrivals the first forecast counts are the earlier stages' jobs, the very
+        // bursts pipelines bring. Added, each burst would be held for twice; the larger covers
+        // the stages foreseen and the arrivals alike.
+        let with_pipelines = forecast_total.max(waiting_jobs.saturating_add(pipelines));
+        Self {
+            steps: [
+                (waiting_jobs, Reason::WaitingJobs),
+                (floor, Reason::IdleTarget),
+                (forecast_total, Reason::DemandForecast),
+                (with_pipelines, Reason::PipelineForecast),
+                (with_pipelines.saturating_add(backlog), Reason::GitlabQueue),
+            ],
+        }
+    }
+
+    pub(super) fn total(&self) -> u32 {
+        self.steps[4].0
+    }
+
+    /// Why `free` slots are not enough: the first step they fall short of.
+    pub(super) fn shortfall_reason(&self, free: u32) -> Reason {
+        self.steps
+            .iter()
+            .find(|(wanted, _)| free < *wanted)
+            .map_or(Reason::Steady, |(_, reason)| *reason)
+    }
+}
