@@ -9,7 +9,7 @@ use crate::core::Millis;
 use crate::core::demand::{DemandTracker, Forecast};
 use crate::core::machine::MachineState as S;
 
-const DEMAND: ScalePolicy = ScalePolicy {
+pub(super) const DEMAND: ScalePolicy = ScalePolicy {
     max_machines: 20,
     capacity_per_machine: 1,
     idle_count: 0,
@@ -22,7 +22,7 @@ const DEMAND: ScalePolicy = ScalePolicy {
     billing_period: 0,
 };
 
-fn forecast(peak: u32, backlog: u32) -> Forecast {
+pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
     Forecast {
         peak_in_lead_time: peak,
         gitlab_backlog: backlog,
@@ -33,7 +33,7 @@ fn forecast(peak: u32, backlog: u32) -> Forecast {
     }
 }
 
-fn ready(id: &str, running: u32, idle_since: Millis) -> MachineView {
+pub(super) fn ready(id: &str, running: u32, idle_since: Millis) -> MachineView {
     MachineView {
         id: id.into(),
         state: if running > 0 { S::Busy } else { S::Ready },
@@ -44,7 +44,7 @@ fn ready(id: &str, running: u32, idle_since: Millis) -> MachineView {
     }
 }
 
-fn run(
+pub(super) fn run(
     machines: &[MachineView],
     waiting: u32,
     p: &ScalePolicy,

@@ -4,56 +4,28 @@
 
 use proptest::prelude::*;
 
-use super::{MachineView, PlanInput, Reason, ScalePlan, ScalePolicy, Strategy, plan};
+use super::demand_tests::{self, DEMAND, ready};
+use super::{MachineView, Reason, ScalePlan, ScalePolicy, Strategy};
 use crate::core::Millis;
 use crate::core::demand::Forecast;
-use crate::core::machine::MachineState as S;
 use crate::core::pipelines::{PipelineTracker, StagedJob};
 
-const DEMAND: ScalePolicy = ScalePolicy {
-    max_machines: 20,
-    capacity_per_machine: 1,
-    idle_count: 0,
-    idle_time: 600_000,
-    max_use_count: 0,
-    max_age: 0,
-    scale_factor: 0.0,
-    scale_factor_limit: 0,
-    strategy: Strategy::Demand,
-    billing_period: 0,
-};
-
+/// The demand tests' forecast, with pipeline jobs.
 fn forecast(peak: u32, pipeline_jobs: u32, backlog: u32) -> Forecast {
     Forecast {
-        peak_in_lead_time: peak,
-        gitlab_backlog: backlog,
         pipeline_jobs,
-        lead_time: 60_000,
-        surplus_grace: 60_000,
-        need_peak: 0,
+        ..demand_tests::forecast(peak, backlog)
     }
 }
 
+/// A machine running `running` jobs, idle since the start otherwise.
 fn machine(id: &str, running: u32) -> MachineView {
-    MachineView {
-        id: id.into(),
-        state: if running > 0 { S::Busy } else { S::Ready },
-        running_jobs: running,
-        use_count: 1,
-        idle_since: 0,
-        created_at: 0,
-    }
+    ready(id, running, 0)
 }
 
+/// A pass with no job waiting.
 fn run(machines: &[MachineView], p: &ScalePolicy, f: Forecast, now: Millis) -> ScalePlan {
-    plan(&PlanInput {
-        machines,
-        waiting_jobs: 0,
-        policy: p,
-        provisioner_paused: false,
-        forecast: f,
-        now,
-    })
+    demand_tests::run(machines, 0, p, f, now)
 }
 
 #[test]
