@@ -182,16 +182,7 @@ impl Config {
                 message: "does not exist or is not a file".into(),
             }]));
         }
-        let mut dict = match Figment::from(Toml::file_exact(path)).extract::<Value>() {
-            Ok(Value::Dict(_, d)) => d,
-            Ok(_) => Dict::new(),
-            Err(e) => {
-                return Err(fail(vec![Problem {
-                    path: "(file)".into(),
-                    message: format!("is not valid TOML: {}", e.kind),
-                }]));
-            }
-        };
+        let mut dict = parse_file(path).map_err(|p| fail(vec![p]))?;
         let problems = Problems::default();
         env::apply_overrides(&mut dict, env, &problems);
         let base_dir = path.parent().unwrap_or(Path::new("."));
@@ -208,22 +199,26 @@ impl Config {
 /// `pools.scaling.idle_count`), whether the file has it or not, and whatever problems it has.
 /// A file with every table in it names every key; the book's reference is checked against it.
 pub fn keys_asked(path: &Path) -> Result<std::collections::BTreeSet<String>, ConfigError> {
-    let fail = |message: String| ConfigError {
+    let dict = parse_file(path).map_err(|p| ConfigError {
         source_name: path.display().to_string(),
-        problems: vec![Problem {
-            path: "(file)".into(),
-            message,
-        }],
-    };
-    let dict = match Figment::from(Toml::file_exact(path)).extract::<Value>() {
-        Ok(Value::Dict(_, d)) => d,
-        Ok(_) => Dict::new(),
-        Err(e) => return Err(fail(format!("is not valid TOML: {}", e.kind))),
-    };
+        problems: vec![p],
+    })?;
     let problems = Problems::default();
     let base_dir = path.parent().unwrap_or(Path::new("."));
     read(&dict, base_dir, path, &problems);
     Ok(problems.into_asked())
+}
+
+/// The file's TOML as a table, or the one problem that it is not valid TOML.
+fn parse_file(path: &Path) -> Result<Dict, Problem> {
+    match Figment::from(Toml::file_exact(path)).extract::<Value>() {
+        Ok(Value::Dict(_, d)) => Ok(d),
+        Ok(_) => Ok(Dict::new()),
+        Err(e) => Err(Problem {
+            path: "(file)".into(),
+            message: format!("is not valid TOML: {}", e.kind),
+        }),
+    }
 }
 
 /// A secret given inline (`key`) or in a file (`key_file`, first line, trimmed). Inline secrets
