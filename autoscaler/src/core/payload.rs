@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::JobId;
+use super::pipelines::PipelinePlace;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobFacts {
@@ -18,6 +19,9 @@ pub struct JobFacts {
     pub queued_at_gitlab_ms: Option<u64>,
     /// `(job id, token)` of every predecessor whose artifacts this job may download.
     pub dependencies: Vec<(JobId, Option<String>)>,
+    /// Its pipeline, stage and name, for the pipeline forecast (`core::pipelines`): absent
+    /// when the payload does not say all three.
+    pub place: Option<PipelinePlace>,
 }
 
 #[derive(Deserialize)]
@@ -28,16 +32,34 @@ struct Payload {
     job_info: Option<JobInfo>,
     #[serde(default)]
     dependencies: Option<Vec<Dependency>>,
+    #[serde(default)]
+    variables: Option<Vec<Variable>>,
 }
 
+/// GitLab's `job_info` (the runner reads the same fields: `common/spec/spec.go`, `JobInfo`, in
+/// gitlab-runner v19.3.0). `pipeline_id` is there in recent GitLab; older GitLab says the
+/// pipeline only in the `CI_PIPELINE_ID` variable.
 #[derive(Deserialize)]
 struct JobInfo {
     #[serde(default)]
     project_id: Option<u64>,
     #[serde(default)]
+    pipeline_id: Option<u64>,
+    #[serde(default)]
+    stage: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
     queue_size: Option<u64>,
     #[serde(default)]
     time_in_queue_seconds: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct Variable {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -61,9 +83,11 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
     if p.token.is_empty() {
         return Err(PayloadError("empty job token".into()));
     }
+    let place = place(&p);
     Ok(JobFacts {
         id: JobId(p.id),
         token: p.token,
+        place,
         project_id: p.job_info.as_ref().and_then(|i| i.project_id),
         queued_at_gitlab_ms: p
             .job_info
@@ -81,6 +105,29 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
             .into_iter()
             .map(|d| (JobId(d.id), d.token))
             .collect(),
+    })
+}
+
+/// The job's pipeline, stage and name, when the payload says all three.
+fn place(p: &Payload) -> Option<PipelinePlace> {
+    let info = p.job_info.as_ref()?;
+    let from_variables = || {
+        p.variables
+            .iter()
+            .flatten()
+            .find(|v| v.key == "CI_PIPELINE_ID")
+            .and_then(|v| v.value.as_deref()?.parse().ok())
+    };
+    let pipeline = info
+        .pipeline_id
+        .filter(|&id| id > 0)
+        .or_else(from_variables)?;
+    let stage = info.stage.clone().filter(|s| !s.is_empty())?;
+    let name = info.name.clone().filter(|n| !n.is_empty())?;
+    Some(PipelinePlace {
+        pipeline,
+        stage,
+        name,
     })
 }
 
@@ -106,6 +153,33 @@ mod tests {
             facts.dependencies,
             vec![(JobId(11), Some("glcbt-x".to_string()))]
         );
+    }
+
+    #[test]
+    fn reads_where_the_job_sits_in_its_pipeline() {
+        let recent = parse(
+            br#"{"id": 1, "token": "t", "job_info": {"pipeline_id": 40, "stage": "test", "name": "rspec 1/8"}}"#,
+        );
+        let place = |pipeline: u64, stage: &str, name: &str| PipelinePlace {
+            pipeline,
+            stage: stage.into(),
+            name: name.into(),
+        };
+        assert_eq!(recent.unwrap().place, Some(place(40, "test", "rspec 1/8")));
+        let older = parse(
+            br#"{"id": 1, "token": "t", "job_info": {"stage": "build", "name": "b"},
+                 "variables": [{"key": "CI_JOB_ID", "value": "1"}, {"key": "CI_PIPELINE_ID", "value": "41", "public": true}]}"#,
+        );
+        assert_eq!(older.unwrap().place, Some(place(41, "build", "b")));
+        let nameless =
+            parse(br#"{"id": 1, "token": "t", "job_info": {"pipeline_id": 40, "stage": "test"}}"#);
+        assert_eq!(
+            nameless.unwrap().place,
+            None,
+            "a job without a name is not placed"
+        );
+        let bare = parse(br#"{"id": 1, "token": "t"}"#);
+        assert_eq!(bare.unwrap().place, None);
     }
 
     #[test]

@@ -24,6 +24,8 @@ mod shape;
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 use self::shape::{ProjectShape, Run};
 use super::Millis;
 
@@ -52,6 +54,28 @@ pub struct StagedJob<'a> {
     pub name: &'a str,
 }
 
+/// Where a job sits in its pipeline, as its payload says: the owned facts a job record keeps
+/// so that its start and end can be told to the tracker (with its project) long after the
+/// payload was handed out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelinePlace {
+    pub pipeline: u64,
+    pub stage: String,
+    pub name: String,
+}
+
+impl PipelinePlace {
+    /// The job as the tracker takes it, in project `project`.
+    pub fn staged<'a>(&'a self, project: &'a str) -> StagedJob<'a> {
+        StagedJob {
+            project,
+            pipeline: self.pipeline,
+            stage: &self.stage,
+            name: &self.name,
+        }
+    }
+}
+
 /// Jobs that pipelines in flight will make pending, as known at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PipelineForecast {
@@ -62,7 +86,9 @@ pub struct PipelineForecast {
 }
 
 /// What one pool has learned of its projects' pipelines, and the pipelines it sees running.
-#[derive(Debug, Clone, Default)]
+/// Serialisable, so that the service keeps what it learned across restarts (times are wall
+/// clock milliseconds there, so pipelines in flight stay meaningful too).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PipelineTracker {
     projects: BTreeMap<String, ProjectShape>,
 }

@@ -2,19 +2,14 @@
 //! and its arrival noted for the pool's demand forecast. A job that cannot be stored or run here
 //! is kept only to be failed at GitLab.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
+use super::news::JobNews;
 use super::{Accepted, Held, Jobs, JobsError, timeline, unstored_reason};
-use crate::core::demand::Arrival;
 use crate::core::job::JobPhase;
 use crate::core::payload;
 use crate::secret::Secret;
 use crate::store::{DependencyGrant, JobRecord};
-
-/// Arrivals kept for a pool whose controller does not take them (a static pool).
-const ARRIVALS_KEPT: usize = 10_000;
 
 impl Jobs {
     /// Records a job GitLab gave `pool`. Written, not yet flushed: whoever acts on the job
@@ -40,6 +35,7 @@ impl Jobs {
                 })
                 .collect(),
             project_id: facts.project_id,
+            pipeline: facts.place.clone(),
             class: None,
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
@@ -89,13 +85,7 @@ impl Jobs {
         // goes at its start.
         let never_ran = matches!(record.phase, JobPhase::Failing { .. });
         if !refused {
-            self.record_arrival(
-                pool,
-                Arrival {
-                    at: record.accepted_at,
-                    queue_size: facts.queue_size,
-                },
-            );
+            self.record_news(pool, JobNews::arrived(&record, facts.queue_size));
         }
         let kept = (!unstored).then(|| Bytes::copy_from_slice(payload));
         self.lock().insert(
@@ -115,26 +105,5 @@ impl Jobs {
         } else {
             Accepted::New(id)
         })
-    }
-
-    fn record_arrival(&self, pool: &str, arrival: Arrival) {
-        let mut arrivals = self
-            .arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let list = arrivals.entry(pool.to_string()).or_default();
-        if list.len() == ARRIVALS_KEPT {
-            list.pop_front();
-        }
-        list.push_back(arrival);
-    }
-
-    /// The jobs that came to `pool` since the last call (for its demand forecast).
-    pub fn take_arrivals(&self, pool: &str) -> VecDeque<Arrival> {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(pool)
-            .unwrap_or_default()
     }
 }

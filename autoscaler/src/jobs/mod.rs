@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use crate::clock::Clock;
-use crate::core::demand::Arrival;
 use crate::core::job::{InvalidTransition, JobEvent, JobPhase, transition};
 use crate::core::payload::PayloadError;
 use crate::core::{JobId, Millis};
@@ -78,8 +77,9 @@ pub struct Jobs {
     /// A job could not be stored; no more are taken until a write works again.
     store_failing: std::sync::atomic::AtomicBool,
     classes: class::PoolClasses,
-    /// New jobs by pool, until the pool's controller takes them for its demand forecast.
-    arrivals: Mutex<HashMap<String, VecDeque<Arrival>>>,
+    /// What happened to each pool's jobs, until the pool's controller takes it for its
+    /// forecasts (`news`).
+    news: Mutex<HashMap<String, VecDeque<news::JobNews>>>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The waits of jobs started in the last hour (`GET /waits`).
     waits: waits::WaitRing,
@@ -110,7 +110,7 @@ impl Jobs {
             changed: tokio::sync::watch::Sender::new(0),
             store_failing: std::sync::atomic::AtomicBool::new(false),
             classes: class::PoolClasses::default(),
-            arrivals: Mutex::default(),
+            news: Mutex::default(),
             metrics: None,
             waits: waits::WaitRing::default(),
         })
@@ -249,8 +249,13 @@ impl Jobs {
                     metrics.job_waited(&record.pool, record.queued_at_gitlab_ms, waited);
                 }
             }
+            let news = news::JobNews::of_change(&record, &before, &after, now);
+            let pool = record.pool.clone();
             job.record = record;
             drop(held);
+            if let Some(news) = news {
+                self.record_news(&pool, news);
+            }
             self.bump();
         }
         Ok((before, after))
@@ -315,12 +320,14 @@ mod accept;
 mod access;
 mod class;
 mod load;
+mod news;
 mod owed;
 mod queries;
 mod timeline;
 mod waits;
 
 pub use load::SidecarLoad;
+pub use news::{JobNews, PipelineJob};
 pub use waits::{RecentWaits, Wait};
 
 #[cfg(test)]

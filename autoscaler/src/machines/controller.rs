@@ -61,6 +61,8 @@ pub struct PoolController {
     pub(super) probing: Mutex<HashSet<String>>,
     /// Arrivals and create-to-ready times, for the demand-aware strategy.
     pub(super) demand: Mutex<DemandTracker>,
+    /// The projects' pipeline shapes and pipelines in flight, for the pipeline forecast.
+    pub(super) pipelines: Mutex<super::pipelines::PipelineLearning>,
     /// Where each executed plan is reported (metrics, the admin API's decisions).
     pub(super) decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
 }
@@ -84,6 +86,8 @@ impl PoolController {
         queue: Arc<PoolQueue>,
         settings: ControllerSettings,
     ) -> Arc<Self> {
+        let pipelines =
+            super::pipelines::PipelineLearning::load(machines.store().as_ref(), machines.pool());
         let controller = Arc::new(Self {
             machines,
             launcher,
@@ -102,6 +106,7 @@ impl PoolController {
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
             demand: Mutex::new(DemandTracker::default()),
+            pipelines: Mutex::new(pipelines),
             decisions: std::sync::OnceLock::new(),
         });
         // A machine's sidecar starts as soon as the provider says it runs; the pass that made
@@ -177,6 +182,7 @@ impl PoolController {
                 () = tokio::time::sleep_until(started + PASS_GAP) => {}
             }
         }
+        self.save_pipeline_shapes(true);
         tracing::debug!(pool = %self.pool(), "pool controller stopped");
     }
 

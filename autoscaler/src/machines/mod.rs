@@ -6,6 +6,7 @@ mod gate;
 mod health;
 mod launch;
 mod lifecycle;
+mod pipelines;
 mod policy;
 mod reconcile;
 mod scale;
@@ -17,6 +18,8 @@ pub use sources::{SOURCE_LABEL, SourceSpec};
 
 #[cfg(test)]
 mod controller_tests;
+#[cfg(test)]
+mod pipeline_tests;
 #[cfg(test)]
 mod sources_tests;
 #[cfg(test)]
@@ -155,6 +158,11 @@ impl PoolMachines {
             t.pass_ms = ms;
             t.passes += 1;
         }
+    }
+
+    /// The store the pool's machines are kept in (the controller keeps its learning there).
+    pub(super) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     pub fn pool(&self) -> &str {

@@ -50,7 +50,8 @@ impl PoolController {
     }
 
     /// The pool's demand forecast (`core::demand`), fed with this pass's arrivals, machines and
-    /// slots in use.
+    /// slots in use, and the jobs the pool's pipelines in flight will make pending
+    /// (`core::pipelines`).
     fn forecast(
         &self,
         live: &[MachineRecord],
@@ -63,16 +64,22 @@ impl PoolController {
             .demand
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for arrival in self.jobs.take_arrivals(self.pool()) {
-            demand.job_arrived(arrival.at, arrival.queue_size);
-        }
+        self.learn_from_jobs(&mut demand);
         let states = live
             .iter()
             .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
         demand.observe_machines(states, now);
         let in_use = live.iter().map(running).sum::<u32>() + waiting;
         demand.observe_in_use(in_use);
-        demand.forecast(now, idle_time)
+        let mut forecast = demand.forecast(now, idle_time);
+        drop(demand);
+        forecast.pipeline_jobs = self
+            .pipeline_learning()
+            .tracker
+            .forecast(now, forecast.lead_time)
+            .jobs_due;
+        self.save_pipeline_shapes(false);
+        forecast
     }
 
     /// The forecast keeps machines of the default class ready, as the idle settings do; the

@@ -16,6 +16,7 @@ fn job(id: u64) -> JobRecord {
             token: Secret::new("glcbt-dep"),
         }],
         project_id: Some(4),
+        pipeline: None,
         class: None,
         phase: JobPhase::Queued,
         accepted_at: 1_000,

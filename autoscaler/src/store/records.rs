@@ -27,6 +27,9 @@ pub struct JobRecord {
     /// The jobs whose artifacts this job may download, with the token GitLab gave for each.
     pub dependencies: Vec<DependencyGrant>,
     pub project_id: Option<u64>,
+    /// Its pipeline, stage and name (from the payload), for the pipeline forecast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<crate::core::pipelines::PipelinePlace>,
     /// The machine class it runs on (`None`: its pool has no classes).
     #[serde(default)]
     pub class: Option<String>,

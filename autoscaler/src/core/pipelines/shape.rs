@@ -9,12 +9,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use serde::{Deserialize, Serialize};
+
 use super::{MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
 use crate::core::Millis;
 
 /// The last [`RECENT_PIPELINES`] observations of one figure, one per pipeline: a pipeline that
 /// observes it again (another job of the stage started) replaces its own.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Recent<T> {
     by_pipeline: VecDeque<(u64, T)>,
 }
@@ -40,7 +42,7 @@ impl<T: Copy + Ord> Recent<T> {
 }
 
 /// What is learned of one stage of a project.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StageShape {
     last_seen: Millis,
     durations: Recent<Millis>,
@@ -48,7 +50,7 @@ pub struct StageShape {
 }
 
 /// The stage seen following another, and its job counts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct NextStage {
     name: String,
     jobs: Recent<u32>,
@@ -97,7 +99,7 @@ impl StageShape {
 }
 
 /// A stage of a pipeline in flight.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageRun {
     pub name: String,
     /// When its first job started.
@@ -109,7 +111,7 @@ pub struct StageRun {
 }
 
 /// A pipeline in flight.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     pub(super) pipeline: u64,
     last_seen: Millis,
@@ -140,7 +142,7 @@ impl Run {
 }
 
 /// A project: the shapes of its stages and its pipelines in flight.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProjectShape {
     last_seen: Millis,
     stages: BTreeMap<String, StageShape>,

@@ -24,6 +24,7 @@ fn record(id: u64) -> JobRecord {
         token: Secret::new(format!("glcbt-durability-{id}")),
         dependencies: Vec::new(),
         project_id: Some(1),
+        pipeline: None,
         class: None,
         phase: JobPhase::Queued,
         accepted_at: 0,

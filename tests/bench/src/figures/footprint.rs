@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use autoscaler::admin::PoolStatus;
 use autoscaler::core::job::JobPhase;
 use autoscaler::core::machine::MachineState;
+use autoscaler::core::pipelines::PipelinePlace;
 use autoscaler::core::{JobId, SidecarId};
 use autoscaler::secret::{Secret, TokenDigest};
 use autoscaler::store::{
@@ -202,6 +203,12 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             token: Secret::new(format!("glcbt-bench-{j}-{now}")),
             dependencies: Vec::new(),
             project_id: Some(1),
+            // As a real job's record: where it sits in its pipeline (eight jobs a stage).
+            pipeline: Some(PipelinePlace {
+                pipeline: 5_000 + j as u64 / 8,
+                stage: "test".into(),
+                name: format!("rspec {}/8", j % 8 + 1),
+            }),
             class: None,
             phase: JobPhase::Running {
                 sidecar: Some(SidecarId((j % machines.max(1)) as u64 + 1)),

@@ -1,0 +1,103 @@
+//! What happened to each pool's jobs since its controller last looked, in order: the facts its
+//! forecasts learn from. Arrivals feed the demand forecast (`core::demand`); the starts and
+//! ends of jobs that say where they sit in a pipeline feed the pipeline forecast
+//! (`core::pipelines`).
+
+use std::collections::VecDeque;
+
+use super::Jobs;
+use crate::core::Millis;
+use crate::core::demand::Arrival;
+use crate::core::job::JobPhase;
+use crate::core::pipelines::{PipelinePlace, StagedJob};
+use crate::store::JobRecord;
+
+/// News kept for a pool whose controller does not take them (a static pool): the oldest go.
+const NEWS_KEPT: usize = 10_000;
+
+/// A job of a known project and place in its pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineJob {
+    /// `job_info.project_id`, as the tracker names projects.
+    pub project: String,
+    pub place: PipelinePlace,
+}
+
+impl PipelineJob {
+    fn of(record: &JobRecord) -> Option<Self> {
+        Some(Self {
+            project: record.project_id?.to_string(),
+            place: record.pipeline.clone()?,
+        })
+    }
+
+    pub fn staged(&self) -> StagedJob<'_> {
+        self.place.staged(&self.project)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobNews {
+    /// GitLab handed the pool a job it can run.
+    Arrived {
+        arrival: Arrival,
+        pipeline: Option<PipelineJob>,
+    },
+    /// A sidecar started the job (its first call for it).
+    Started { at: Millis, pipeline: PipelineJob },
+    /// The job stopped running: it ended, or its machine was lost.
+    Ended { at: Millis, pipeline: PipelineJob },
+}
+
+impl JobNews {
+    /// The news a phase change of `record` makes, if any: starting is entering `Running`,
+    /// ending is leaving it (a job never goes back to the queue from there).
+    pub(super) fn of_change(
+        record: &JobRecord,
+        before: &JobPhase,
+        after: &JobPhase,
+        at: Millis,
+    ) -> Option<Self> {
+        let was = matches!(before, JobPhase::Running { .. });
+        let is = matches!(after, JobPhase::Running { .. });
+        let pipeline = PipelineJob::of(record).filter(|_| was != is)?;
+        Some(if is {
+            Self::Started { at, pipeline }
+        } else {
+            Self::Ended { at, pipeline }
+        })
+    }
+
+    pub(super) fn arrived(record: &JobRecord, queue_size: Option<u32>) -> Self {
+        Self::Arrived {
+            arrival: Arrival {
+                at: record.accepted_at,
+                queue_size,
+            },
+            pipeline: PipelineJob::of(record),
+        }
+    }
+}
+
+impl Jobs {
+    pub(super) fn record_news(&self, pool: &str, news: JobNews) {
+        let mut all = self
+            .news
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = all.entry(pool.to_string()).or_default();
+        if list.len() == NEWS_KEPT {
+            list.pop_front();
+        }
+        list.push_back(news);
+    }
+
+    /// What happened to `pool`'s jobs since the last call, oldest first (for its forecasts).
+    pub fn take_news(&self, pool: &str) -> VecDeque<JobNews> {
+        self.news
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(pool)
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,124 @@
+//! The pool's forecasts fed with what happened to its jobs (`jobs::JobNews`), and what the
+//! pipeline forecast learned kept in the store, so that a restart does not forget every
+//! project's pipeline shape.
+
+use std::sync::Arc;
+
+use super::controller::PoolController;
+use crate::core::Millis;
+use crate::core::demand::DemandTracker;
+use crate::core::pipelines::{PipelineTracker, StagedJob};
+use crate::jobs::JobNews;
+use crate::store::Store;
+
+/// Shortest time between two saves of what was learned: a crash loses at most this much of
+/// it, and a busy pool writes one small record a minute rather than one per job.
+const SAVE_EVERY: Millis = 60_000;
+
+/// The pipeline forecast of one pool, with its bookkeeping for the store.
+#[derive(Debug, Default)]
+pub struct PipelineLearning {
+    pub tracker: PipelineTracker,
+    /// Learned something since the last save.
+    changed: bool,
+    saved_at: Option<Millis>,
+}
+
+fn meta_key(pool: &str) -> String {
+    format!("pipelines/{pool}")
+}
+
+impl PipelineLearning {
+    /// What the store kept for `pool`; nothing (learned afresh) when it kept nothing or what
+    /// it kept cannot be read, which costs forecasts until pipelines are seen again and is
+    /// said once.
+    pub fn load(store: &dyn Store, pool: &str) -> Self {
+        let tracker = match store.meta(&meta_key(pool)) {
+            Ok(None) => PipelineTracker::default(),
+            Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(pool, error = %e, "the pipeline shapes in the store cannot be read; learning them afresh");
+                PipelineTracker::default()
+            }),
+            Err(e) => {
+                tracing::warn!(pool, error = %e, "the pipeline shapes cannot be read from the store; learning them afresh");
+                PipelineTracker::default()
+            }
+        };
+        Self {
+            tracker,
+            changed: false,
+            saved_at: None,
+        }
+    }
+
+    pub fn job_started(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.tracker.job_started(job, at);
+        self.changed = true;
+    }
+
+    pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.tracker.job_ended(job, at);
+        self.changed = true;
+    }
+
+    /// Writes what was learned when it changed and the last save is `SAVE_EVERY` old (or
+    /// `force`, at shutdown). A refused write is retried at the next pass that is due.
+    pub fn save(&mut self, store: &dyn Store, pool: &str, now: Millis, force: bool) {
+        let due = self
+            .saved_at
+            .is_none_or(|at| now.saturating_sub(at) >= SAVE_EVERY);
+        if !self.changed || !(due || force) {
+            return;
+        }
+        let written = serde_json::to_vec(&self.tracker)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                store
+                    .put_meta(&meta_key(pool), &bytes)
+                    .map_err(|e| e.to_string())
+            });
+        match written {
+            Ok(()) => self.changed = false,
+            Err(e) => tracing::debug!(pool, error = %e, "pipeline shapes not saved; retried later"),
+        }
+        self.saved_at = Some(now);
+    }
+}
+
+impl PoolController {
+    /// Feeds this pass's job news to the demand forecast and the pipeline forecast: a job the
+    /// pipeline forecast foresaw is no news to the arrivals' peak (slots were held for it).
+    pub(super) fn learn_from_jobs(&self, demand: &mut DemandTracker) {
+        let mut learning = self.pipeline_learning();
+        for news in self.jobs.take_news(self.pool()) {
+            match news {
+                JobNews::Arrived { arrival, pipeline } => {
+                    let foreseen = pipeline
+                        .as_ref()
+                        .is_some_and(|p| learning.tracker.foresees(p.staged()));
+                    if foreseen {
+                        demand.foreseen_job_arrived(arrival.at, arrival.queue_size);
+                    } else {
+                        demand.job_arrived(arrival.at, arrival.queue_size);
+                    }
+                }
+                JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
+                JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),
+            }
+        }
+    }
+
+    /// Saves what the pipeline forecast learned, when due (or now, with `force`).
+    pub(super) fn save_pipeline_shapes(&self, force: bool) {
+        let now = self.machines.now();
+        let store = Arc::clone(self.machines.store());
+        self.pipeline_learning()
+            .save(store.as_ref(), self.pool(), now, force);
+    }
+
+    pub(super) fn pipeline_learning(&self) -> std::sync::MutexGuard<'_, PipelineLearning> {
+        self.pipelines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
