@@ -13,8 +13,16 @@ fn fixture() -> PathBuf {
 }
 
 async fn run(mode: &str) -> Report {
+    run_with(mode, false).await
+}
+
+/// Runs the kit on the fixture, declaring `stop_start` or not.
+async fn run_with(mode: &str, stop_start: bool) -> Report {
     let dir = tempfile::tempdir().unwrap();
     let mut options = CheckOptions::new(fixture());
+    if stop_start {
+        options.env.insert("STOP_START".into(), "1".into());
+    }
     options.env.insert(
         "FILE_PROVISIONER_DIR".into(),
         dir.path().display().to_string(),
@@ -44,7 +52,39 @@ fn failures(report: &Report) -> (Vec<u8>, String) {
 async fn a_correct_provisioner_passes_every_clause() {
     let report = run("").await;
     assert!(report.passed(), "{report}");
-    assert_eq!(report.clauses.len(), 12);
+    assert_eq!(report.clauses.len(), 17);
+    let skipped: Vec<u8> = report
+        .clauses
+        .iter()
+        .filter(|c| matches!(&c.outcome, Outcome::Skipped(why) if why.contains("stop_start")))
+        .map(|c| c.number)
+        .collect();
+    assert_eq!(skipped, vec![13, 14, 15, 16, 17], "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("17 clauses: 12 passed, 0 failed, 5 skipped"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_correct_provisioner_with_stop_start_passes_every_clause() {
+    let report = run_with("", true).await;
+    assert!(
+        report
+            .to_string()
+            .contains("17 clauses: 17 passed, 0 failed, 0 skipped"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn a_stop_that_loses_the_labels_is_caught() {
+    let report = run_with("stop-forgets-labels", true).await;
+    let (failed, text) = failures(&report);
+    assert_eq!(failed, vec![13], "{text}");
+    assert!(text.contains("status gives labels {}"), "{text}");
 }
 
 #[tokio::test]

@@ -76,24 +76,30 @@ def assert_one_line_error(call, code: int, *words: str) -> dict[str, Any]:
 def test_docker_machine_passes_the_conformance_kit(dm, env, provisioner_check):
     done = provisioner_check(dm, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "12 passed, 0 failed" in done.stdout
+    assert "17 passed, 0 failed" in done.stdout
 
     argv = calls(env)
     creates = [a for a in argv if a[0] == "create"]
-    assert len(creates) == 1, "the repeated create must find the machine"
-    name = creates[0][-1]
+    # One for clauses 2-8 (the repeated create must find the machine), one for the stop/start
+    # clauses.
+    assert len(creates) == 2, "the repeated create must find the machine"
+    name, power_name = creates[0][-1], creates[1][-1]
     assert name.startswith("autoscaler-check-")
     # The driver and every option reach docker-machine as given, before the machine name.
     assert creates[0] == ["create", "--driver", "amazonec2", *EXPECTED_FLAGS, name]
     # The autoscaler's key was authorised after each create (idempotent append).
     ssh = [a for a in argv if a[0] == "ssh"]
-    assert len(ssh) == 2 and all(a[1] == name and "autoscaler-provisioner-check" in a[2] for a in ssh)
+    assert [a[1] for a in ssh] == [name, name, power_name]
+    assert all("autoscaler-provisioner-check" in a[2] for a in ssh)
     assert ["ip", name] in argv and ["inspect", name] in argv
     lists = [a for a in argv if a[0] == "ls"]
-    assert len(lists) == 2
+    assert len(lists) == 3
     assert all("--format" in a and a[a.index("--format") + 1] == "{{.Name}}\t{{.State}}" for a in lists)
     assert all(a[a.index("--filter") + 1] == "name=^autoscaler-[a-z0-9-]+$" for a in lists)
-    assert [a for a in argv if a[0] == "rm"] == [["rm", "-y", name]] * 2
+    assert [a for a in argv if a[0] == "rm"] == [["rm", "-y", name]] * 2 + [["rm", "-y", power_name]]
+    # Stopped for clauses 13 and 17 (14's stop is a no-op), started once (16's is a no-op).
+    assert [a for a in argv if a[0] in ("stop", "start")] == [
+        ["stop", power_name], ["start", power_name], ["stop", power_name]]
     # Nothing left behind: not the machine, not its state file.
     assert stub(env, "ls", "-q").stdout.strip() == ""
     assert list(Path(env["DOCKER_MACHINE_STATE_DIR"]).iterdir()) == []
@@ -129,10 +135,10 @@ def test_create_status_and_list(dm, env, run_provisioner, ssh_public_key, tmp_pa
     listed = run_provisioner(dm, "list", {"labels": {"autoscaler-pool": "linux"}}, env=env, pool="linux").response
     assert listed == {"machines": [{"id": name, "state": "running", "labels": labels}]}
     everything = run_provisioner(dm, "list", {"labels": {}}, env=env, pool="linux").response["machines"]
-    assert {m["id"]: m["state"] for m in everything} == {name: "running", other.response["machines"][0]["id"]: "failed"}
+    assert {m["id"]: m["state"] for m in everything} == {name: "running", other.response["machines"][0]["id"]: "stopped"}
     stopped = run_provisioner(dm, "status", {"id": other.response["machines"][0]["id"]},
                               id=other.response["machines"][0]["id"], env=env).response
-    assert stopped["state"] == "failed" and "Stopped" in stopped["message"]
+    assert stopped["state"] == "stopped" and "Stopped" in stopped["message"]
 
 
 def test_single_line_options_name_template_and_user_data(dm, env, run_provisioner, ssh_public_key):
@@ -205,3 +211,43 @@ def test_unknown_ids(dm, env, run_provisioner):
     for machine_id in ("autoscaler-nothing-here", "not-ours", "../../etc"):
         assert run_provisioner(dm, "status", {"id": machine_id}, id=machine_id, env=env).response["state"] == "gone"
         assert run_provisioner(dm, "destroy", {"id": machine_id}, id=machine_id, env=env).response["state"] == "gone"
+
+
+def test_stop_and_start(dm, env, run_provisioner, ssh_public_key):
+    labels = {"autoscaler-id": "as-1", "autoscaler-pool": "linux", "autoscaler-key": "m-s"}
+    created = run_provisioner(dm, "create", create_request("m-s", labels, ssh_public_key), env=env, pool="linux")
+    name = created.response["machines"][0]["id"]
+
+    def call(verb: str):
+        return run_provisioner(dm, verb, {"id": name}, id=name, env=env, pool="linux")
+
+    info = run_provisioner(dm, "info", env=env)
+    assert info.response["capabilities"]["stop_start"] is True
+    assert call("stop").response == {"id": name, "state": "stopped"}
+    assert stub(env, "status", name).stdout.strip() == "Stopped"
+    status = call("status").response
+    assert status["state"] == "stopped" and status["labels"] == labels and "address" not in status
+    listed = run_provisioner(dm, "list", {"labels": {"autoscaler-pool": "linux"}}, env=env, pool="linux").response
+    assert listed["machines"] == [{"id": name, "state": "stopped", "labels": labels}]
+    assert call("stop").response == {"id": name, "state": "stopped"}, "a no-op"
+
+    assert call("start").response == {"id": name, "state": "running"}
+    assert call("status").response["state"] == "running"
+    assert call("start").response == {"id": name, "state": "running"}, "a no-op"
+    assert [a for a in calls(env) if a[0] in ("stop", "start")] == [["stop", name], ["start", name]]
+
+    call("stop")
+    assert call("destroy").response == {"id": name, "state": "gone"}
+    assert call("status").response["state"] == "gone"
+
+
+def test_stop_and_start_errors(dm, env, run_provisioner, ssh_public_key):
+    created = run_provisioner(dm, "create", create_request("m-e", {}, ssh_public_key), env=env)
+    name = created.response["machines"][0]["id"]
+    fault(env, "stop", "Error stopping host: RequestLimitExceeded: Request limit exceeded.")
+    refused = run_provisioner(dm, "stop", {"id": name}, id=name, env=env)
+    assert_one_line_error(refused, 75, "RequestLimitExceeded")
+    for verb in ("stop", "start"):
+        for machine_id in ("autoscaler-nothing-here", "not-ours"):
+            answer = run_provisioner(dm, verb, {"id": machine_id}, id=machine_id, env=env)
+            assert answer.code == 0 and answer.response == {"id": machine_id, "state": "gone"}

@@ -65,12 +65,13 @@ def assert_one_line_error(call, code: int, *words: str) -> dict[str, Any]:
 def test_gcp_passes_the_conformance_kit(gce, gcp, provisioner_check):
     done = provisioner_check(gcp, env=settings(gce))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "12 passed, 0 failed" in done.stdout
+    assert "17 passed, 0 failed" in done.stdout
 
     base = f"/compute/v1/projects/test-project/zones/{ZONE}"
     inserts = gce.recorded("POST", f"^{base}/instances$")
-    assert len(inserts) == 1, "the repeated create must find the instance, not insert again"
-    body = inserts[0].body
+    # The second machine is the stop/start clauses' own.
+    assert len(inserts) == 2, "the repeated create must find the instance, not insert again"
+    body, power_body = inserts[0].body, inserts[1].body
     meta = metadata(body)
     labels = json.loads(meta["autoscaler-labels"])
     assert set(labels) == {"autoscaler-id", "autoscaler-pool", "autoscaler-key"}
@@ -84,20 +85,26 @@ def test_gcp_passes_the_conformance_kit(gce, gcp, provisioner_check):
     assert body["disks"][0]["initializeParams"]["sourceImage"] == "projects/debian-cloud/global/images/family/debian-12"
     assert body["networkInterfaces"][0]["accessConfigs"][0]["type"] == "ONE_TO_ONE_NAT"
 
-    # The insert's long-running operation was polled on its own endpoint until DONE.
+    # Each insert's long-running operation was polled on its own endpoint until DONE (stop and
+    # start do not wait for theirs).
     polls = gce.recorded("GET", f"^{base}/operations/operation-")
-    assert polls and all(p.path == polls[0].path for p in polls)
+    assert polls and len({p.path for p in polls}) == len(inserts)
 
-    # list filtered on the owner labels, one page at a time.
+    # list filtered on the owner labels, one page at a time: twice for the first machine, once
+    # for the stopped one.
     lists = gce.recorded("GET", f"^{base}/instances$")
-    assert len(lists) == 2
-    for call in lists:
+    assert len(lists) == 3
+    for call, machine in zip(lists, [body, body, power_body]):
         assert call.arg("maxResults") == "1"
-        assert call.arg("filter") == (f'(labels.autoscaler-id = "{labels["autoscaler-id"]}") AND '
+        assert call.arg("filter") == (f'(labels.autoscaler-id = "{machine["labels"]["autoscaler-id"]}") AND '
                                       '(labels.autoscaler-pool = "check")')
 
     deletes = gce.recorded("DELETE", f"^{base}/instances/")
-    assert [d.path for d in deletes] == [f"{base}/instances/{body['name']}"] * 2
+    assert [d.path for d in deletes] == [f"{base}/instances/{body['name']}"] * 2 + [
+        f"{base}/instances/{power_body['name']}"]
+    # Stopped twice (clauses 13 and 17; the no-op stop of clause 14 asks GCE nothing), started once.
+    assert len(gce.recorded("POST", f"^{base}/instances/{power_body['name']}/stop$")) == 2
+    assert len(gce.recorded("POST", f"^{base}/instances/{power_body['name']}/start$")) == 1
 
 
 def test_create_carries_labels_key_ssh_key_user_data_and_spot(gce, gcp, run_provisioner, ssh_public_key):
@@ -162,7 +169,7 @@ def test_list_uses_the_label_filter_and_follows_page_tokens(gce, gcp, run_provis
     call = run_provisioner(gcp, "list", {"labels": ours}, env=settings(gce, GCE_PAGE_SIZE="2"), pool="linux")
     assert call.code == 0, call.stderr
     got = {m["id"]: m["state"] for m in call.response["machines"]}
-    assert got == {"m-a": "running", "m-b": "creating", "m-c": "stopping", "m-d": "failed", "m-e": "creating"}
+    assert got == {"m-a": "running", "m-b": "creating", "m-c": "stopping", "m-d": "stopped", "m-e": "creating"}
     assert all(m["labels"]["autoscaler-id"] == "As.1" for m in call.response["machines"])
 
     pages = gce.recorded("GET", "/instances$")
@@ -188,7 +195,7 @@ def test_preempted_spot_instance_reports_an_interruption(gce, gcp, run_provision
     env = settings(gce, GCE_PAGE_SIZE="10")
 
     status = run_provisioner(gcp, "status", {"id": "spot-1"}, id="spot-1", env=env, pool="linux").response
-    assert status["state"] in ("stopping", "failed")  # STOPPING, then TERMINATED
+    assert status["state"] in ("stopping", "stopped")  # STOPPING, then TERMINATED
     assert status["interruption"] == {"reason": "spot_reclaim", "deadline": None}
     assert "preempted" in status["message"]
     ops = gce.recorded("GET", "/operations$")

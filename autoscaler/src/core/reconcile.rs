@@ -36,9 +36,28 @@ pub struct Listed {
 pub enum ProviderState {
     Creating,
     Running,
+    /// Being destroyed, or (for a provisioner with `stop_start`) being stopped: not usable,
+    /// not gone.
     Stopping,
+    /// Exists but does not run; keeps its id, labels and disk (provisioners with `stop_start`).
+    Stopped,
+    /// Coming back from `stopped`; not usable yet.
+    Starting,
     Gone,
     Failed,
+}
+
+/// The protocol's word for a state, for reasons shown to people.
+fn provider_state_name(state: ProviderState) -> &'static str {
+    match state {
+        ProviderState::Creating => "creating",
+        ProviderState::Running => "running",
+        ProviderState::Stopping => "stopping",
+        ProviderState::Stopped => "stopped",
+        ProviderState::Starting => "starting",
+        ProviderState::Gone => "gone",
+        ProviderState::Failed => "failed",
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -114,6 +133,9 @@ pub fn plan(known: &[Known], listed: &[Listed], now: Millis, policy: &Policy) ->
             }
             None if l.state == ProviderState::Gone => {}
             None => actions.push(match policy.orphans {
+                // Only a machine that is (or will be) running can be adopted: a stopped one
+                // would have to be started, which the autoscaler does not do yet, so it is
+                // destroyed like any other orphan it cannot use.
                 OrphanPolicy::Adopt
                     if matches!(l.state, ProviderState::Creating | ProviderState::Running) =>
                 {
@@ -192,6 +214,22 @@ fn decide(
                 if !matches!(k.state, MachineState::Failed | MachineState::Destroying) =>
             {
                 return event(MachineEvent::Fail, "the provider reports it failed".into());
+            }
+            // The autoscaler stops no machine yet: one that is stopped or coming back without it
+            // asking was stopped behind its back (an operator, a provider's maintenance). Its
+            // sidecar is gone (a restart does not rerun user-data), so it can take no job; it
+            // is failed, which destroys and replaces it, rather than kept as capacity that is
+            // not there.
+            ProviderState::Stopped | ProviderState::Starting
+                if !matches!(k.state, MachineState::Failed | MachineState::Destroying) =>
+            {
+                return event(
+                    MachineEvent::Fail,
+                    format!(
+                        "the provider reports it {}, and the autoscaler did not stop it",
+                        provider_state_name(l.state)
+                    ),
+                );
             }
             ProviderState::Running
                 if matches!(k.state, MachineState::Requested | MachineState::Creating) =>

@@ -315,7 +315,12 @@ impl PoolMachines {
                         .unwrap_or("the provider reports it failed"),
                 )
                 .map(|_| ()),
-            ProviderState::Creating | ProviderState::Stopping => Ok(()),
+            // Not usable yet, or no longer: the reconcile pass judges what the provider's list
+            // says (a machine stopped behind the autoscaler's back is failed there).
+            ProviderState::Creating
+            | ProviderState::Stopping
+            | ProviderState::Stopped
+            | ProviderState::Starting => Ok(()),
         };
         if let Err(e) = result {
             tracing::warn!(pool = %self.pool(), machine.id = %id, error = %e, "cannot record the machine's status");

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 
 use super::{
     Capabilities, CreateRequest, Created, Destroyed, Info, Interruption, Labels, ListedMachine,
-    Provisioner, ProvisionerError, Result, Status,
+    Provisioner, ProvisionerError, Result, StartAnswer, Status, StopAnswer,
 };
 use crate::core::reconcile::ProviderState;
 
@@ -132,6 +132,7 @@ impl Provisioner for FakeProvisioner {
                     max_batch: Some(5),
                     host_key: false,
                     machine_user_data,
+                    stop_start: true,
                 },
             })
         })
@@ -236,5 +237,107 @@ impl Provisioner for FakeProvisioner {
             s.machines.remove(id);
             Ok(Destroyed::Gone)
         })
+    }
+
+    fn stop<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StopAnswer>> {
+        Box::pin(async move {
+            let mut s = self.lock();
+            let Some(m) = s.machines.get_mut(id) else {
+                return Ok(StopAnswer::Gone);
+            };
+            match m.state {
+                ProviderState::Running | ProviderState::Starting | ProviderState::Stopped => {
+                    m.state = ProviderState::Stopped;
+                    Ok(StopAnswer::Stopped)
+                }
+                other => Err(refused_in("stop", id, other)),
+            }
+        })
+    }
+
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StartAnswer>> {
+        Box::pin(async move {
+            let mut s = self.lock();
+            let start_running = s.start_running;
+            let Some(m) = s.machines.get_mut(id) else {
+                return Ok(StartAnswer::Gone);
+            };
+            match m.state {
+                ProviderState::Stopped if start_running => {
+                    m.state = ProviderState::Running;
+                    Ok(StartAnswer::Running)
+                }
+                // Comes up when the test says so (`set_state`), as a slow machine would.
+                ProviderState::Stopped | ProviderState::Starting => {
+                    m.state = ProviderState::Starting;
+                    Ok(StartAnswer::Starting)
+                }
+                ProviderState::Running => Ok(StartAnswer::Running),
+                other => Err(refused_in("start", id, other)),
+            }
+        })
+    }
+}
+
+/// Why the fake refuses a power verb in `state`: a machine on its way somewhere else may be
+/// asked again later; a failed one never.
+fn refused_in(verb: &str, id: &str, state: ProviderState) -> ProvisionerError {
+    let message = format!("cannot {verb} {id} while it is {state:?}");
+    match state {
+        ProviderState::Failed => ProvisionerError::Permanent { message },
+        _ => ProvisionerError::RetryLater {
+            message,
+            retry_after: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_running_machine() -> (FakeProvisioner, String) {
+        let p = FakeProvisioner::new(true);
+        p.insert(
+            "fake-9",
+            Labels::from([("a".into(), "b".into())]),
+            ProviderState::Running,
+        );
+        (p, "fake-9".into())
+    }
+
+    #[tokio::test]
+    async fn a_stopped_machine_keeps_its_id_and_labels_and_starts_again() {
+        let (p, id) = one_running_machine();
+        assert_eq!(p.stop(&id).await.unwrap(), StopAnswer::Stopped);
+        assert_eq!(p.stop(&id).await.unwrap(), StopAnswer::Stopped, "a no-op");
+        let status = p.status(&id).await.unwrap();
+        assert_eq!(status.state, ProviderState::Stopped);
+        assert_eq!(status.address, None);
+        assert_eq!(status.labels.get("a").map(String::as_str), Some("b"));
+        assert_eq!(p.start(&id).await.unwrap(), StartAnswer::Running);
+        assert_eq!(p.start(&id).await.unwrap(), StartAnswer::Running, "a no-op");
+        assert!(p.status(&id).await.unwrap().address.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_machine_can_be_destroyed_and_unknown_ids_are_gone() {
+        let (p, id) = one_running_machine();
+        p.stop(&id).await.unwrap();
+        assert_eq!(p.destroy(&id).await.unwrap(), Destroyed::Gone);
+        assert_eq!(p.stop(&id).await.unwrap(), StopAnswer::Gone);
+        assert_eq!(p.start(&id).await.unwrap(), StartAnswer::Gone);
+    }
+
+    #[tokio::test]
+    async fn power_verbs_on_a_machine_in_between_are_refused_by_kind() {
+        let (p, id) = one_running_machine();
+        p.set_state(&id, ProviderState::Creating);
+        assert!(matches!(
+            p.stop(&id).await,
+            Err(ProvisionerError::RetryLater { .. })
+        ));
+        p.set_state(&id, ProviderState::Failed);
+        assert!(p.start(&id).await.unwrap_err().is_permanent());
     }
 }

@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 
 pub use protocol::{
     Capabilities, CreateItem, CreateRequest, Created, Destroyed, Info, Interruption, ListedMachine,
-    Status,
+    StartAnswer, Status, StopAnswer,
 };
 pub use script::{RawCall, ScriptProvisioner};
 
@@ -72,9 +72,15 @@ pub trait Provisioner: Send + Sync + std::fmt::Debug + 'static {
     fn list(&self, labels: Labels) -> BoxFuture<'_, Result<Vec<ListedMachine>>>;
     fn status<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Status>>;
     fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Destroyed>>;
+    /// Stops a machine, keeping its id, labels and disk. Only a provisioner whose `info`
+    /// declares `stop_start` answers it; others refuse it as an unknown verb.
+    fn stop<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StopAnswer>>;
+    /// Starts a stopped machine again; it may come back with a new address (ask `status`).
+    fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StartAnswer>>;
 }
 
-/// Per-verb time limits (`[pools.provisioner.timeouts]`).
+/// Per-verb time limits (`[pools.provisioner.timeouts]`). `stop` and `start` have the
+/// `destroy` limit: each is, like it, one power operation on one machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timeouts {
     pub info: Duration,

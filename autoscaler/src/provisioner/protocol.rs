@@ -30,6 +30,10 @@ pub struct Capabilities {
     /// `create` honours each machine's own `user_data` (sidecars started at boot).
     #[serde(default)]
     pub machine_user_data: bool,
+    /// The provisioner answers `stop` and `start`: a machine can be parked, keeping its id,
+    /// labels and disk, and brought back later.
+    #[serde(default)]
+    pub stop_start: bool,
 }
 
 impl Capabilities {
@@ -135,10 +139,29 @@ pub enum Destroyed {
     Gone,
 }
 
+/// What `stop` answers: the machine is on its way down, down, or was never there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopAnswer {
+    Stopping,
+    Stopped,
+    Gone,
+}
+
+/// What `start` answers: the machine is on its way up, up, or was never there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartAnswer {
+    Starting,
+    Running,
+    Gone,
+}
+
+/// The answer of the verbs that act on one machine (`destroy`, `stop`, `start`).
 #[derive(Deserialize)]
-struct DestroyResponse {
+struct MachineAnswer<S> {
     id: String,
-    state: Destroyed,
+    state: S,
 }
 
 /// The optional body of a failed call.
@@ -232,112 +255,33 @@ pub fn parse_status(stdout: &[u8], id: &str) -> Result<Status, ProvisionerError>
     Ok(status)
 }
 
-pub fn parse_destroyed(stdout: &[u8], id: &str) -> Result<Destroyed, ProvisionerError> {
-    let response: DestroyResponse = parse("destroy", stdout)?;
+/// Reads the answer of a verb acting on machine `id`, which must answer about that machine.
+fn parse_machine_answer<S: serde::de::DeserializeOwned>(
+    verb: &str,
+    stdout: &[u8],
+    id: &str,
+) -> Result<S, ProvisionerError> {
+    let response: MachineAnswer<S> = parse(verb, stdout)?;
     if response.id != id {
         return Err(ProvisionerError::InvalidResponse(format!(
-            "destroy: asked about {id:?}, answered about {:?}",
+            "{verb}: asked about {id:?}, answered about {:?}",
             response.id
         )));
     }
     Ok(response.state)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_needs_an_address_when_running_and_defaults_port_and_user() {
-        let s = parse_status(br#"{"id":"a","state":"running","address":"10.0.0.1"}"#, "a").unwrap();
-        assert_eq!((s.port, s.user.as_str()), (22, "root"));
-        assert!(parse_status(br#"{"id":"a","state":"running"}"#, "a").is_err());
-        assert!(parse_status(br#"{"id":"b","state":"gone"}"#, "a").is_err());
-        let e = parse_status(br#"{"id":"a","state":"exploded"}"#, "a").unwrap_err();
-        assert!(e.to_string().contains("exploded"), "{e}");
-    }
-
-    #[test]
-    fn garbage_and_trailing_output_are_refused() {
-        assert!(parse_list(b"hello").is_err());
-        assert!(parse_list(br#"{"machines":[]} extra"#).is_err());
-        assert!(parse_list(br#"[1,2]"#).is_err());
-        assert!(
-            parse_list(br#"{"machines":[{"state":"running"}]}"#)
-                .unwrap_err()
-                .to_string()
-                .contains("id")
-        );
-        assert_eq!(parse_list(b"  {\"machines\": []}\n").unwrap(), vec![]);
-    }
-
-    #[test]
-    fn a_machines_own_user_data_is_sent_only_when_it_has_one() {
-        let plain = CreateItem {
-            key: "k1".into(),
-            labels: Labels::new(),
-            user_data: None,
-        };
-        let json = serde_json::to_value(&plain).unwrap();
-        assert!(json.get("user_data").is_none(), "{json}");
-        let own = CreateItem {
-            user_data: Some(crate::secret::Secret::new("#!/bin/sh\necho hi\n")),
-            ..plain
-        };
-        let json = serde_json::to_value(&own).unwrap();
-        assert_eq!(json["user_data"], "#!/bin/sh\necho hi\n");
-        assert!(!format!("{own:?}").contains("echo hi"), "Debug hides it");
-    }
-
-    #[test]
-    fn create_answers_must_match_what_was_asked() {
-        let asked = vec![CreateItem {
-            key: "k1".into(),
-            labels: Labels::new(),
-            user_data: None,
-        }];
-        assert!(
-            parse_created(
-                br#"{"machines":[{"key":"k1","id":"i-1","state":"creating"}]}"#,
-                &asked
-            )
-            .is_ok()
-        );
-        assert!(
-            parse_created(
-                br#"{"machines":[{"key":"k2","id":"i-1","state":"creating"}]}"#,
-                &asked
-            )
-            .is_err()
-        );
-        assert!(
-            parse_created(
-                br#"{"machines":[{"key":"k1","id":"","state":"creating"}]}"#,
-                &asked
-            )
-            .is_err()
-        );
-        assert!(
-            parse_created(
-                br#"{"machines":[{"key":"k1","id":"i","state":"gone"}]}"#,
-                &asked
-            )
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn info_must_speak_protocol_1() {
-        assert!(parse_info(br#"{"protocol":1,"name":"x","version":"1"}"#).is_ok());
-        assert!(parse_info(br#"{"protocol":2,"name":"x","version":"1"}"#).is_err());
-        assert_eq!(
-            parse_info(
-                br#"{"protocol":1,"name":"x","version":"1","capabilities":{"batch_create":true}}"#
-            )
-            .unwrap()
-            .capabilities
-            .batch_size(),
-            10
-        );
-    }
+pub fn parse_destroyed(stdout: &[u8], id: &str) -> Result<Destroyed, ProvisionerError> {
+    parse_machine_answer("destroy", stdout, id)
 }
+
+pub fn parse_stopped(stdout: &[u8], id: &str) -> Result<StopAnswer, ProvisionerError> {
+    parse_machine_answer("stop", stdout, id)
+}
+
+pub fn parse_started(stdout: &[u8], id: &str) -> Result<StartAnswer, ProvisionerError> {
+    parse_machine_answer("start", stdout, id)
+}
+
+#[cfg(test)]
+mod tests;

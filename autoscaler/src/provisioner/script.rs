@@ -10,7 +10,6 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -18,10 +17,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::Semaphore;
 
-use super::protocol::{
-    self, CreateRequest, Created, Destroyed, ErrorResponse, Info, ListedMachine, PROTOCOL, Status,
-};
-use super::{Labels, Provisioner, ProvisionerError, Result, Timeouts};
+use super::protocol::{ErrorResponse, PROTOCOL};
+use super::{ProvisionerError, Result, Timeouts};
 
 /// Most a provisioner may print on stdout (the protocol's limit).
 pub const STDOUT_LIMIT: usize = 1 << 20;
@@ -350,70 +347,7 @@ async fn log_stderr(
     }
 }
 
-impl Provisioner for ScriptProvisioner {
-    fn info(&self) -> BoxFuture<'_, Result<Info>> {
-        Box::pin(async move {
-            self.call(
-                "info",
-                None,
-                json!({}),
-                self.timeouts.info,
-                protocol::parse_info,
-            )
-            .await
-        })
-    }
-
-    fn create(&self, request: CreateRequest) -> BoxFuture<'_, Result<Vec<Created>>> {
-        Box::pin(async move {
-            let fields = serde_json::to_value(&request)
-                .map_err(|e| ProvisionerError::Spawn(e.to_string()))?;
-            self.call("create", None, fields, self.timeouts.create, |out| {
-                protocol::parse_created(out, &request.machines)
-            })
-            .await
-        })
-    }
-
-    fn list(&self, labels: Labels) -> BoxFuture<'_, Result<Vec<ListedMachine>>> {
-        Box::pin(async move {
-            self.call(
-                "list",
-                None,
-                json!({"labels": labels}),
-                self.timeouts.list,
-                protocol::parse_list,
-            )
-            .await
-        })
-    }
-
-    fn status<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Status>> {
-        Box::pin(async move {
-            self.call(
-                "status",
-                Some(id),
-                json!({"id": id}),
-                self.timeouts.status,
-                |out| protocol::parse_status(out, id),
-            )
-            .await
-        })
-    }
-
-    fn destroy<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Destroyed>> {
-        Box::pin(async move {
-            self.call(
-                "destroy",
-                Some(id),
-                json!({"id": id}),
-                self.timeouts.destroy,
-                |out| protocol::parse_destroyed(out, id),
-            )
-            .await
-        })
-    }
-}
+mod verbs;
 
 #[cfg(test)]
 mod tests;

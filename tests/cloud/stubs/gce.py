@@ -8,6 +8,9 @@ Modelled:
     DONE later (operations.get / wait / list), with `error.errors[].code` when it failed;
   - instance status over time: PROVISIONING -> STAGING -> RUNNING, and STOPPING -> removed after a
     delete (delays configurable);
+  - instances.stop (STOPPING -> TERMINATED, keeping the instance, lastStopTimestamp set) and
+    instances.start (TERMINATED -> PROVISIONING -> STAGING -> RUNNING again, with a new ephemeral
+    external IP, as GCE gives one); start while STOPPING is refused (400 resourceNotReady);
   - list filters of the form `(field = "value") AND (field != "value")` over top-level fields and
     `labels.KEY`, and pagination by maxResults / pageToken / nextPageToken;
   - validation GCE does at insert: instance name, label keys and values, metadata keys, known zone,
@@ -159,8 +162,9 @@ class GceStub(Stub):
         if scheduling.get("provisioningModel") == "SPOT":
             scheduling["preemptible"] = True
         resource["scheduling"] = scheduling
+        # "created" is when the instance last began to boot: its insert, or its latest start.
         return {"resource": resource, "zone": zone, "created": time.monotonic(), "fixed": None,
-                "stopping_at": None, "after_stop": None}
+                "stopping_at": None, "after_stop": None, "starts": 0}
 
     def _status_of(self, record: dict[str, Any], now: float) -> str | None:
         """The instance's status now; None once it no longer exists."""
@@ -225,11 +229,12 @@ class GceStub(Stub):
             return 401, api_error(401, "Request is missing required authentication credential. Expected OAuth 2 "
                                   "access token, login cookie or other valid authentication credential.",
                                   "required", status="UNAUTHENTICATED"), {"WWW-Authenticate": 'Bearer realm="https://accounts.google.com/"'}
-        m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)(?:/([^/]+))?(/wait)?",
-                         request.path)
+        m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(instances|operations)(?:/([^/]+))?"
+                         r"(/wait|/stop|/start)?", request.path)
         if not m:
             return 404, api_error(404, f"The requested URL {request.path} was not found on this server.", "notFound"), {}
-        project, zone, collection, name, wait = m.groups()
+        project, zone, collection, name, action = m.groups()
+        wait = action == "/wait"
         if project != self.project and not self.other_projects_exist:
             return 404, api_error(404, f"The resource 'projects/{project}' was not found", "notFound"), {}
         if project != self.project:
@@ -248,6 +253,10 @@ class GceStub(Stub):
                     return self._get_instance(zone, name)
                 if request.method == "DELETE" and name is not None:
                     return self._delete(zone, name)
+                if request.method == "POST" and action == "/stop":
+                    return self._stop(zone, name)
+                if request.method == "POST" and action == "/start":
+                    return self._start(zone, name)
             else:
                 if request.method == "GET" and name is None:
                     return self._list(zone, request, self.operations, lambda r: r["resource"]["zone"].endswith(f"/{zone}"),
@@ -315,6 +324,37 @@ class GceStub(Stub):
             record["after_stop"] = "delete"
             record["resource"]["status"] = "STOPPING"
         op = self._operation(zone, "delete", record["resource"], after=self.delete_s)
+        return 200, op, {}
+
+    def _stop(self, zone: str, name: str) -> tuple[int, Any, dict[str, str]]:
+        record = self.instances.get((zone, name))
+        if record is None:
+            return self._not_found(zone, name)
+        if record["stopping_at"] is None:
+            record["stopping_at"] = time.monotonic()
+            record["after_stop"] = "TERMINATED"
+            record["resource"]["status"] = "STOPPING"
+            record["resource"]["lastStopTimestamp"] = now_text()
+        op = self._operation(zone, "stop", record["resource"], after=self.delete_s)
+        return 200, op, {}
+
+    def _start(self, zone: str, name: str) -> tuple[int, Any, dict[str, str]]:
+        record = self.instances.get((zone, name))
+        if record is None:
+            return self._not_found(zone, name)
+        status = record["resource"]["status"]
+        if status == "STOPPING":
+            message = f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' is not ready"
+            return 400, api_error(400, message, "resourceNotReady"), {}
+        if status == "TERMINATED":
+            record.update(created=time.monotonic(), stopping_at=None, after_stop=None, fixed=None)
+            record["starts"] += 1
+            record["resource"]["status"] = "PROVISIONING"
+            n = len(self.instances) + 10 * record["starts"]
+            for nic in record["resource"]["networkInterfaces"]:
+                for access in nic.get("accessConfigs") or []:
+                    access["natIP"] = f"198.51.100.{n % 250 + 2}"
+        op = self._operation(zone, "start", record["resource"], after=self.provisioning_s + self.staging_s)
         return 200, op, {}
 
     def _get_operation(self, zone: str, name: str, wait: bool) -> tuple[int, Any, dict[str, str]]:

@@ -181,3 +181,58 @@ fn destroys_are_retried_when_due_and_not_before() {
     let gone = [listed("p1", ProviderState::Gone, None)];
     assert_eq!(plan(&[k], &gone, 5_000, &POLICY).len(), 1);
 }
+
+#[test]
+fn a_machine_stopped_behind_the_autoscalers_back_is_failed_not_counted() {
+    let k = [
+        known("m1", MachineState::Ready, Some("p1"), 0, 0),
+        known("m2", MachineState::Busy, Some("p2"), 0, 0),
+    ];
+    let l = [
+        listed("p1", ProviderState::Stopped, Some("m1")),
+        listed("p2", ProviderState::Starting, Some("m2")),
+    ];
+    let actions = plan(&k, &l, 10, &POLICY);
+    assert!(
+        actions.iter().any(event("m1", MachineEvent::Fail)),
+        "{actions:?}"
+    );
+    assert!(
+        actions.iter().any(event("m2", MachineEvent::Fail)),
+        "{actions:?}"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Event { reason, .. }
+            if reason == "the provider reports it stopped, and the autoscaler did not stop it")),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_stopped_machine_being_destroyed_is_destroyed_again_not_failed() {
+    let k = known("m1", MachineState::Destroying, Some("p1"), 0, 0);
+    let l = [listed("p1", ProviderState::Stopped, Some("m1"))];
+    assert_eq!(
+        plan(&[k], &l, 10, &POLICY),
+        vec![Action::Destroy {
+            machine: "m1".into()
+        }]
+    );
+}
+
+#[test]
+fn a_stopped_orphan_is_destroyed_even_when_orphans_are_adopted() {
+    let adopt = Policy {
+        orphans: OrphanPolicy::Adopt,
+        ..POLICY
+    };
+    let l = [listed("p7", ProviderState::Stopped, Some("old"))];
+    assert_eq!(
+        plan(&[], &l, 10, &adopt),
+        vec![Action::DestroyOrphan {
+            provider_id: "p7".into()
+        }]
+    );
+}

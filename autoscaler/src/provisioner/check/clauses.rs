@@ -21,6 +21,7 @@ impl Kit {
             Ok(v) => match protocol::parse_info(v.to_string().as_bytes()) {
                 Ok(info) => {
                     self.record(Outcome::Passed);
+                    self.stop_start = Some(info.capabilities.stop_start);
                     format!("{} {}", info.name, info.version)
                 }
                 Err(e) => {
@@ -38,33 +39,15 @@ impl Kit {
     /// Clauses 2–8, on one machine.
     pub(super) async fn machine_clauses(&mut self) {
         let timeouts = self.options.timeouts.clone();
-        let key = format!("check-{:08x}", rand::random::<u32>());
-        let labels: Labels = [
-            (
-                "autoscaler-id".to_string(),
-                format!("check-{:08x}", rand::random::<u32>()),
-            ),
-            ("autoscaler-pool".to_string(), self.options.pool.clone()),
-            ("autoscaler-key".to_string(), key.clone()),
-        ]
-        .into();
-        let public_key = match throwaway_public_key() {
-            Ok(k) => k,
+        let (item, create) = match self.new_machine_request() {
+            Ok(made) => made,
             Err(e) => {
-                self.record(Outcome::Failed(format!(
-                    "cannot make an SSH key for the test: {e}"
-                )));
+                self.record(Outcome::Failed(e));
                 self.skip_machine_clauses("needs clause 2");
                 return;
             }
         };
-        let item = CreateItem {
-            key: key.clone(),
-            labels: labels.clone(),
-            user_data: None,
-        };
-        let create = self
-            .request(json!({"machines": [item], "ssh_public_key": public_key, "user_data": null}));
+        let labels = item.labels.clone();
         let id = match self.create(&create, &item).await {
             Ok(id) => {
                 self.record(Outcome::Passed);
@@ -97,11 +80,7 @@ impl Kit {
         self.record(outcome);
 
         // 5. list returns it with its labels
-        let owner: Labels = labels
-            .iter()
-            .filter(|(k, _)| *k != "autoscaler-key")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let owner = owner_labels(&labels);
         let outcome = match self.list(&owner).await {
             Ok(machines) => match machines.iter().find(|m| m.id == id) {
                 Some(m) if labels.iter().all(|(k, v)| m.labels.get(k) == Some(v)) => {
@@ -183,7 +162,35 @@ impl Kit {
         self.record(outcome);
     }
 
-    async fn create(&mut self, request: &[u8], item: &CreateItem) -> Result<String, String> {
+    /// A machine to create, with fresh key and labels, and the `create` request asking for it.
+    pub(super) fn new_machine_request(&self) -> Result<(CreateItem, Vec<u8>), String> {
+        let key = format!("check-{:08x}", rand::random::<u32>());
+        let labels: Labels = [
+            (
+                "autoscaler-id".to_string(),
+                format!("check-{:08x}", rand::random::<u32>()),
+            ),
+            ("autoscaler-pool".to_string(), self.options.pool.clone()),
+            ("autoscaler-key".to_string(), key.clone()),
+        ]
+        .into();
+        let public_key = throwaway_public_key()
+            .map_err(|e| format!("cannot make an SSH key for the test: {e}"))?;
+        let item = CreateItem {
+            key,
+            labels,
+            user_data: None,
+        };
+        let create = self
+            .request(json!({"machines": [item], "ssh_public_key": public_key, "user_data": null}));
+        Ok((item, create))
+    }
+
+    pub(super) async fn create(
+        &mut self,
+        request: &[u8],
+        item: &CreateItem,
+    ) -> Result<String, String> {
         let timeout = self.options.timeouts.create;
         let v = self.call("create", None, request, timeout).await?;
         let created = protocol::parse_created(v.to_string().as_bytes(), std::slice::from_ref(item))
@@ -194,14 +201,17 @@ impl Kit {
         }
     }
 
-    async fn list(&mut self, labels: &Labels) -> Result<Vec<protocol::ListedMachine>, String> {
+    pub(super) async fn list(
+        &mut self,
+        labels: &Labels,
+    ) -> Result<Vec<protocol::ListedMachine>, String> {
         let timeout = self.options.timeouts.list;
         let req = self.request(json!({"labels": labels}));
         let v = self.call("list", None, &req, timeout).await?;
         protocol::parse_list(v.to_string().as_bytes()).map_err(|e| e.to_string())
     }
 
-    async fn destroy(&mut self, id: &str) -> Result<protocol::Destroyed, String> {
+    pub(super) async fn destroy(&mut self, id: &str) -> Result<protocol::Destroyed, String> {
         let timeout = self.options.timeouts.destroy;
         let req = self.request(json!({"id": id}));
         let v = self.call("destroy", Some(id), &req, timeout).await?;
@@ -209,7 +219,7 @@ impl Kit {
     }
 
     /// Polls `status` until the machine is in `state`, at most `within`.
-    async fn wait_for(
+    pub(super) async fn wait_for(
         &mut self,
         id: &str,
         state: ProviderState,
@@ -247,6 +257,15 @@ impl Kit {
             Err(e) => Outcome::Failed(e.to_string()),
         }
     }
+}
+
+/// The labels `list` is asked with: the owner's, without the machine's own key.
+pub(super) fn owner_labels(labels: &Labels) -> Labels {
+    labels
+        .iter()
+        .filter(|(k, _)| *k != "autoscaler-key")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// A public key to authorise on the test machine; its private half is thrown away.

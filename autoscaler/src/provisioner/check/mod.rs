@@ -6,6 +6,7 @@
 //! calls that ran past their timeout.
 
 mod clauses;
+mod power;
 mod report;
 
 use std::collections::BTreeMap;
@@ -42,7 +43,11 @@ impl CheckOptions {
     }
 }
 
-const CLAUSES: [&str; 12] = [
+/// Clause 12 judges every call, so its outcome is known last; the stop/start clauses after it
+/// were added later and keep the first twelve's numbers.
+const SCHEMA_CLAUSE: usize = 12;
+
+const CLAUSES: [&str; 17] = [
     "info answers protocol 1 with a name and a version",
     "create of one machine answers it with the same key, an id and a state",
     "create repeated with the same key answers the same id (idempotency)",
@@ -55,6 +60,11 @@ const CLAUSES: [&str; 12] = [
     "a request that is not valid JSON is refused with a non-zero exit",
     "an unknown verb is refused with a non-zero exit",
     "every response is valid against the schemas, stdout holds nothing but it, and each call finished within its timeout",
+    "stop of a running machine reaches stopped, keeping its id and labels",
+    "stop of a stopped machine answers stopped (a no-op)",
+    "start of the stopped machine reaches running, with an address",
+    "start of a running machine answers running (a no-op)",
+    "destroy of a stopped machine answers gone or stopping, and status then reaches gone",
 ];
 
 /// The schemas of `api-spec/schemas`, compiled once.
@@ -81,6 +91,14 @@ static SCHEMAS: LazyLock<BTreeMap<&'static str, jsonschema::Validator>> = LazyLo
             include_str!("../../../../api-spec/schemas/destroy.response.json"),
         ),
         (
+            "stop",
+            include_str!("../../../../api-spec/schemas/stop.response.json"),
+        ),
+        (
+            "start",
+            include_str!("../../../../api-spec/schemas/start.response.json"),
+        ),
+        (
             "error",
             include_str!("../../../../api-spec/schemas/error.response.json"),
         ),
@@ -103,6 +121,8 @@ struct Kit {
     outcomes: Vec<Outcome>,
     /// Clause 12's findings, gathered from every call.
     violations: Vec<String>,
+    /// Whether `info` declared `stop_start` (unknown when `info` failed).
+    stop_start: Option<bool>,
 }
 
 /// Runs every clause against the provisioner at `options.path`.
@@ -120,14 +140,16 @@ pub async fn check(options: CheckOptions) -> Report {
         options,
         outcomes: Vec::new(),
         violations: Vec::new(),
+        stop_start: None,
     };
     let name = kit.run().await;
     let mut outcomes = std::mem::take(&mut kit.outcomes);
-    outcomes.push(if kit.violations.is_empty() {
+    let schemas = if kit.violations.is_empty() {
         Outcome::Passed
     } else {
         Outcome::Failed(kit.violations.join("; "))
-    });
+    };
+    outcomes.insert((SCHEMA_CLAUSE - 1).min(outcomes.len()), schemas);
     Report {
         provisioner: format!("{} ({name})", kit.options.path.display()),
         clauses: CLAUSES
@@ -224,11 +246,13 @@ impl Kit {
         }
     }
 
-    /// Runs clauses 1–11; returns the provisioner's name for the report.
+    /// Runs every clause but 12 (which judges them all); returns the provisioner's name for
+    /// the report.
     async fn run(&mut self) -> String {
         let name = self.info().await;
         self.machine_clauses().await;
         self.error_clauses().await;
+        self.power_clauses().await;
         name
     }
 }

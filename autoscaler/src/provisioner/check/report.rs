@@ -24,8 +24,11 @@ pub struct Report {
 }
 
 impl Report {
+    /// No clause failed. A clause is skipped either because one before it failed (so the
+    /// report fails anyway) or because it checks an optional verb the provisioner does not
+    /// declare (`stop_start`), which is no failure.
     pub fn passed(&self) -> bool {
-        self.clauses.iter().all(|c| c.outcome == Outcome::Passed)
+        self.failed().is_empty()
     }
 
     pub fn failed(&self) -> Vec<&Clause> {

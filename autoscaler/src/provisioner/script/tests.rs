@@ -1,6 +1,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::provisioner::{Labels, Provisioner, StartAnswer, StopAnswer};
 
 /// Writes an executable script into a temp dir and wraps it as a provisioner.
 fn script(body: &str, timeouts: Timeouts) -> (tempfile::TempDir, ScriptProvisioner) {
@@ -174,4 +175,42 @@ async fn a_missing_executable_is_a_clear_error() {
             && e.to_string().contains("/nonexistent/provisioner"),
         "{e}"
     );
+}
+
+#[tokio::test]
+async fn stop_and_start_pass_the_id_in_argv_and_stdin_and_read_their_states() {
+    let (dir, p) = script(
+        r#"cat > "$(dirname "$0")/$1.json"
+case "$1" in
+  stop) echo "{\"id\":\"$2\",\"state\":\"stopped\"}" ;;
+  start) echo "{\"id\":\"$2\",\"state\":\"starting\"}" ;;
+esac"#,
+        quick(),
+    );
+    assert_eq!(p.stop("i-1").await.unwrap(), StopAnswer::Stopped);
+    assert_eq!(p.start("i-1").await.unwrap(), StartAnswer::Starting);
+    for verb in ["stop", "start"] {
+        let request: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.path().join(format!("{verb}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            request,
+            json!({"protocol": 1, "pool": "linux", "id": "i-1"})
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stop_refused_for_this_machine_is_permanent_and_a_hang_is_timed_out() {
+    let (_d, p) = script(
+        r#"echo '{"error":"spot instances cannot be stopped"}'; exit 78"#,
+        quick(),
+    );
+    let e = p.stop("i-1").await.unwrap_err();
+    assert!(e.is_permanent(), "{e}");
+    assert!(e.to_string().contains("spot instances"), "{e}");
+    let (_d, p) = script("exec sleep 30", quick());
+    let e = p.start("i-1").await.unwrap_err();
+    assert_eq!(e, ProvisionerError::TimedOut(quick().destroy));
 }
