@@ -57,6 +57,11 @@ pub struct ScalingConfig {
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
     /// next start, so that running jobs continue).
     pub delete_on_shutdown: bool,
+    /// Warm pool: stopped machines kept at least (machines that keep their disk and start in a
+    /// fraction of a boot).
+    pub stopped_count: u32,
+    /// Warm pool: stopped machines kept at most; with `stopped_count` 0 too, none (default).
+    pub max_stopped: u32,
 }
 
 /// The part of a pool's configuration that a reload may replace while the pool runs: its
@@ -98,6 +103,8 @@ impl ScalingConfig {
             scale_factor_limit: self.scale_factor_limit,
             strategy: self.strategy,
             billing_period: self.billing_period.map_or(0, ms),
+            stopped_count: self.stopped_count,
+            max_stopped: self.max_stopped,
         }
     }
 }
@@ -120,6 +127,8 @@ impl Default for ScalingConfig {
             billing_period: None,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
+            stopped_count: 0,
+            max_stopped: 0,
         }
     }
 }
@@ -199,7 +208,12 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         billing_period,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
+        stopped_count: s.or("stopped_count", d.stopped_count),
+        max_stopped: s.or("max_stopped", d.max_stopped),
     };
+    if s.has("max_stopped") && scaling.stopped_count > scaling.max_stopped {
+        s.problem("stopped_count", "must not be above max_stopped");
+    }
     s.finish();
     scaling
 }

@@ -52,6 +52,10 @@ pub struct Forecast {
     /// long, so that demand that rises and falls with each job or burst does not release a
     /// machine only to make one again (churn).
     pub need_peak: u32,
+    /// The most job slots needed over the whole window (the pool's `idle_time`, at most
+    /// [`MAX_WINDOW`]): the peak a warm pool's stopped machines are kept for, since a stopped
+    /// machine costs only its disk and can wait out a longer quiet spell than an idle one.
+    pub window_peak: u32,
 }
 
 /// Recent arrivals and create-to-ready times of one pool.
@@ -191,6 +195,7 @@ impl DemandTracker {
             lead_time,
             surplus_grace,
             need_peak: self.need_peak(now.saturating_sub(surplus_grace)),
+            window_peak: self.need_peak(now.saturating_sub(window)),
         }
     }
 }

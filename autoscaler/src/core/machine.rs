@@ -7,6 +7,14 @@
 //!
 //! `failed` is reachable from every live state and leads only to `destroying`: a broken machine
 //! is still a machine we pay for until the provider confirms it is gone. `gone` is terminal.
+//!
+//! A warm pool (issue #29) adds a side loop: an idle machine may be stopped instead of
+//! destroyed, and a stopped one started again when jobs need it, which takes a fraction of a
+//! boot; a stopped machine costs only its disk.
+//!
+//! ```text
+//! ready -> stopping -> stopped -> starting -> ready
+//! ```
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +43,12 @@ pub enum MachineState {
     Gone,
     /// Broken; must be destroyed.
     Failed,
+    /// Stop asked of the provider (it was idle and the warm pool wanted it); no jobs.
+    Stopping,
+    /// Stopped at the provider: keeps its disk, costs only that, takes no jobs.
+    Stopped,
+    /// Start asked of a stopped machine; waiting for its sidecar to poll again.
+    Starting,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +73,12 @@ pub enum MachineEvent {
     ProviderGone,
     /// Something broke (unreachable, wrong host key, sidecar silent, provider says failed).
     Fail,
+    /// Stop an idle machine, keeping its disk (the warm pool).
+    Stop,
+    /// The provider reports it stopped.
+    ProviderStopped,
+    /// Start a stopped machine again.
+    Start,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -89,7 +109,13 @@ pub fn transition(
         (S::Requested, E::CreateAccepted) => Some(S::Creating),
         (S::Requested | S::Creating, E::ProviderRunning) => Some(S::Booting),
         (S::Booting, E::Reachable) => Some(S::Injecting),
-        (S::Injecting, E::SidecarPolled) => Some(S::Ready),
+        (S::Injecting | S::Starting, E::SidecarPolled) => Some(S::Ready),
+        // The warm pool: only an idle machine stops; only a stopped one starts.
+        (S::Ready, E::Stop) => Some(S::Stopping),
+        (S::Stopping, E::ProviderStopped | E::Stop) | (S::Stopped, E::ProviderStopped) => {
+            Some(S::Stopped)
+        }
+        (S::Stopped, E::Start) | (S::Starting, E::Start) => Some(S::Starting),
         (S::Ready | S::Busy, E::SidecarPolled) => Some(state),
         (S::Ready | S::Busy, E::JobStarted) => Some(S::Busy),
         (S::Busy, E::JobsDone) => Some(S::Ready),
@@ -98,9 +124,16 @@ pub fn transition(
         (S::Draining, E::JobStarted | E::JobsDone | E::SidecarPolled | E::Drain) => {
             Some(S::Draining)
         }
-        (S::Requested | S::Creating | S::Booting | S::Injecting | S::Ready | S::Busy, E::Drain) => {
-            Some(S::Draining)
-        }
+        (
+            S::Requested
+            | S::Creating
+            | S::Booting
+            | S::Injecting
+            | S::Ready
+            | S::Busy
+            | S::Starting,
+            E::Drain,
+        ) => Some(S::Draining),
         // Repeated provider reports are harmless.
         (S::Creating, E::CreateAccepted) | (S::Booting, E::ProviderRunning) => Some(state),
         _ => None,
@@ -112,7 +145,7 @@ pub fn transition(
 }
 
 impl MachineState {
-    pub const ALL: [MachineState; 10] = [
+    pub const ALL: [MachineState; 13] = [
         MachineState::Requested,
         MachineState::Creating,
         MachineState::Booting,
@@ -123,6 +156,9 @@ impl MachineState {
         MachineState::Destroying,
         MachineState::Gone,
         MachineState::Failed,
+        MachineState::Stopping,
+        MachineState::Stopped,
+        MachineState::Starting,
     ];
 
     pub fn name(self) -> &'static str {
@@ -137,6 +173,9 @@ impl MachineState {
             MachineState::Destroying => "destroying",
             MachineState::Gone => "gone",
             MachineState::Failed => "failed",
+            MachineState::Stopping => "stopping",
+            MachineState::Stopped => "stopped",
+            MachineState::Starting => "starting",
         }
     }
 
@@ -145,12 +184,21 @@ impl MachineState {
     }
 
     /// Counts against the pool's maximum: every state but `gone` (GitLab's taskscaler counts
-    /// creating and deleting instances too).
+    /// creating and deleting instances too) and the warm pool's stopped machines, which
+    /// `max_stopped` bounds on their own (a machine started again counts once more).
     pub fn counts_toward_max(self) -> bool {
-        self != MachineState::Gone
+        !matches!(
+            self,
+            MachineState::Gone | MachineState::Stopping | MachineState::Stopped
+        )
     }
 
-    /// On its way to being usable.
+    /// In the warm pool: stopping or stopped, costing only its disk once stopped.
+    pub fn is_stopped(self) -> bool {
+        matches!(self, MachineState::Stopping | MachineState::Stopped)
+    }
+
+    /// On its way to being usable: being made, or started again from the warm pool.
     pub fn is_starting(self) -> bool {
         matches!(
             self,
@@ -158,6 +206,7 @@ impl MachineState {
                 | MachineState::Creating
                 | MachineState::Booting
                 | MachineState::Injecting
+                | MachineState::Starting
         )
     }
 
@@ -201,6 +250,23 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_loop() {
+        let path = [
+            (E::Stop, S::Stopping),
+            (E::ProviderStopped, S::Stopped),
+            (E::Start, S::Starting),
+            (E::SidecarPolled, S::Ready),
+        ];
+        let mut s = S::Ready;
+        for (event, expected) in path {
+            s = transition(s, &event, 0).unwrap();
+            assert_eq!(s, expected, "after {event:?}");
+        }
+        assert!(!S::Stopped.counts_toward_max() && !S::Stopped.takes_jobs());
+        assert!(S::Starting.counts_toward_max() && S::Starting.is_starting());
+    }
+
+    #[test]
     fn the_table() {
         let cases: &[(S, E, Option<S>)] = &[
             (S::Requested, E::ProviderRunning, Some(S::Booting)),
@@ -223,6 +289,16 @@ mod tests {
             (S::Busy, E::ProviderGone, Some(S::Gone)),
             (S::Gone, E::ProviderGone, None),
             (S::Gone, E::Destroy, None),
+            (S::Ready, E::Stop, Some(S::Stopping)),
+            (S::Busy, E::Stop, None),
+            (S::Stopping, E::ProviderStopped, Some(S::Stopped)),
+            (S::Stopped, E::JobStarted, None),
+            (S::Stopped, E::Start, Some(S::Starting)),
+            (S::Ready, E::Start, None),
+            (S::Starting, E::SidecarPolled, Some(S::Ready)),
+            (S::Stopped, E::Destroy, Some(S::Destroying)),
+            (S::Stopped, E::Fail, Some(S::Failed)),
+            (S::Starting, E::Drain, Some(S::Draining)),
         ];
         for (state, event, expected) in cases {
             assert_eq!(
@@ -245,6 +321,9 @@ mod tests {
             Just(E::Destroy),
             Just(E::ProviderGone),
             Just(E::Fail),
+            Just(E::Stop),
+            Just(E::ProviderStopped),
+            Just(E::Start),
         ]
     }
 
@@ -274,7 +353,7 @@ mod tests {
         }
 
         #[test]
-        fn every_live_state_can_fail_and_be_destroyed(i in 0usize..10) {
+        fn every_live_state_can_fail_and_be_destroyed(i in 0usize..13) {
             let s = S::ALL[i];
             if s != S::Gone {
                 let failed = transition(s, &E::Fail, 0).unwrap();

@@ -14,6 +14,9 @@
 //! pending (`core::pipelines`) and GitLab's reported queue, and an idle machine the forecast does not need
 //! goes once it has idled as long as a new machine takes to make (at most `idle_time`). With a
 //! `billing_period`, such a machine is kept until the end of the period already paid for.
+//!
+//! A warm pool (`stopped_count`, `max_stopped`; off by default) keeps stopped machines, which
+//! cost only their disk and start in a fraction of a boot: see [`warm`] for its rules.
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +56,11 @@ pub struct ScalePolicy {
     pub strategy: Strategy,
     /// Machines are paid for by this period from their creation (0: by the second).
     pub billing_period: Millis,
+    /// Warm pool: stopped machines to keep at least, whatever the demand (0: as demand says).
+    pub stopped_count: u32,
+    /// Warm pool: stopped machines to keep at most. With `stopped_count` also 0, no machine is
+    /// ever stopped (the default).
+    pub max_stopped: u32,
 }
 
 /// How the free capacity a pool holds is decided.
@@ -96,6 +104,15 @@ pub enum Reason {
     DemandFell,
     /// Idle and not needed, at the end of the period already paid for.
     BillingPeriodEnd,
+    /// Warm pool: free slots fall short and a stopped machine is started before one is made.
+    StartStopped,
+    /// Warm pool: idle and not needed, stopped instead of destroyed (the stopped pool is
+    /// below its target).
+    StopIdle,
+    /// Warm pool: stopped, and the stopped pool is above its target or `max_stopped`.
+    StoppedTarget,
+    /// Warm pool: stopped, and older than `max_age` or past `max_use_count`: replaced.
+    StoppedExpired,
 }
 
 impl Reason {
@@ -115,11 +132,15 @@ impl Reason {
             Reason::GitlabQueue => "gitlab_queue",
             Reason::DemandFell => "demand_fell",
             Reason::BillingPeriodEnd => "billing_period_end",
+            Reason::StartStopped => "start_stopped",
+            Reason::StopIdle => "stop_idle",
+            Reason::StoppedTarget => "stopped_target",
+            Reason::StoppedExpired => "stopped_expired",
         }
     }
 }
 
-/// A machine to drain or destroy, and why.
+/// A machine to drain, destroy, stop or start, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retire {
     pub id: String,
@@ -137,6 +158,10 @@ pub struct ScalePlan {
     pub drain: Vec<Retire>,
     /// Destroy these now (they run nothing).
     pub destroy: Vec<Retire>,
+    /// Warm pool: start these stopped machines (before any is created).
+    pub start: Vec<Retire>,
+    /// Warm pool: stop these idle machines instead of destroying them.
+    pub stop: Vec<Retire>,
     /// The figures behind the decision, for logs and the admin view.
     pub summary: String,
 }
@@ -221,7 +246,8 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         forecast,
         now,
     } = *input;
-    let (drain, destroy) = retirements(machines, p, now);
+    let (drain, mut destroy) = retirements(machines, p, now);
+    destroy.extend(warm::expired(machines, p, now));
     let retiring = |id: &str| destroy.iter().chain(&drain).any(|r| r.id == id);
     let counted = machines
         .iter()
@@ -249,6 +275,8 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         reason: Reason::Steady,
         drain,
         destroy,
+        start: Vec::new(),
+        stop: Vec::new(),
         summary: format!(
             "{waiting_jobs} jobs waiting, {in_use} slots in use, {} free slots wanted, {free} free",
             wanted_free.saturating_sub(waiting_jobs)
@@ -270,7 +298,8 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         if provisioner_paused {
             plan.reason = Reason::ProvisionerPaused;
         } else {
-            plan.create = machines_needed.min(room);
+            let started = warm::start_stopped(&mut plan, machines, machines_needed.min(room));
+            plan.create = (machines_needed - started).min(room - started);
         }
         plan.summary.push_str(&format!(
             ": {machines_needed} machines needed, room for {room}"
@@ -287,7 +316,15 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
             .saturating_sub(in_use.saturating_add(demand::wanted_free_slots(&forecast))),
     };
     let spare = (free - wanted_free).saturating_sub(recently_needed);
-    reclaim_idle(&mut plan, &serving, p, &forecast, now, spare);
+    let mut room = warm::StopRoom::new(input, &serving, &plan);
+    reclaim_idle(&mut plan, &serving, p, &forecast, now, (spare, &mut room));
+    let released = |id: &str| plan.stop.iter().chain(&plan.destroy).any(|r| r.id == id);
+    let running_slots: u32 = serving
+        .iter()
+        .filter(|m| !released(&m.id))
+        .map(|m| p.free_slots(m) + m.running_jobs)
+        .sum();
+    warm::trim_to_target(&mut plan, machines, p, &forecast, running_slots);
     plan
 }
 
@@ -326,14 +363,15 @@ fn retirements(
 
 /// Idle reclaim: the longest-idle first, while the rest still covers what is wanted. An idle
 /// machine is surplus after `idle_time` (idle strategy) or after the demand-aware grace; with
-/// a billing period it then waits for the end of the period it is paid for.
+/// a billing period it then waits for the end of the period it is paid for. While the warm
+/// pool has room (`room`), such a machine is stopped instead of destroyed.
 fn reclaim_idle(
     plan: &mut ScalePlan,
     serving: &[&MachineView],
     p: &ScalePolicy,
     forecast: &Forecast,
     now: Millis,
-    mut spare: u32,
+    (mut spare, room): (u32, &mut warm::StopRoom<'_>),
 ) {
     let (grace, reason) = match p.strategy {
         Strategy::Idle => (p.idle_time, Reason::IdleTimeout),
@@ -357,6 +395,10 @@ fn reclaim_idle(
             break;
         }
         spare -= slots;
+        if room.stops(slots) {
+            plan.stop.push(warm::stop(m, now));
+            continue;
+        }
         plan.destroy.push(Retire {
             id: m.id.clone(),
             reason,
@@ -370,6 +412,7 @@ fn reclaim_idle(
 }
 
 mod wanted;
+pub mod warm;
 
 #[cfg(test)]
 mod demand_tests;
@@ -377,3 +420,5 @@ mod demand_tests;
 mod pipeline_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warm_tests;

@@ -166,6 +166,8 @@ mod tests {
             scale_factor_limit: 0,
             strategy: Strategy::Idle,
             billing_period: 0,
+            stopped_count: 0,
+            max_stopped: 0,
         };
         let entries = [entry(&["* 7-19 * * mon-fri"], Tz::UTC, 3)];
         let machine = |id: &str, state, running, idle_since| MachineView {

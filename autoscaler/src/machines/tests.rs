@@ -167,6 +167,8 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         scale_factor_limit: 0,
         strategy: Strategy::Idle,
         billing_period: 0,
+        stopped_count: 0,
+        max_stopped: 0,
     };
     let plan = scaler::plan(&scaler::PlanInput {
         machines: &views,

@@ -59,7 +59,7 @@ pub const FAILURE_REASONS: [&str; 3] = ["failed", "vanished", "create_lost"];
 
 /// The scale actions and the planner's reasons each is taken for: every pair exists from
 /// start-up. Written as `Reason`s, so that the codes are the planner's own.
-const SCALE_ACTIONS: [(&str, &[Reason]); 4] = [
+const SCALE_ACTIONS: [(&str, &[Reason]); 6] = [
     (
         "create",
         &[
@@ -81,14 +81,19 @@ const SCALE_ACTIONS: [(&str, &[Reason]); 4] = [
             Reason::Drained,
             Reason::DemandFell,
             Reason::BillingPeriodEnd,
+            Reason::StoppedTarget,
+            Reason::StoppedExpired,
         ],
     ),
+    ("start", &[Reason::StartStopped]),
+    ("stop", &[Reason::StopIdle]),
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ScaleLabels {
     pub pool: String,
-    /// `create`, `drain`, `destroy`, or `blocked` (machines wanted, provisioner paused).
+    /// `create`, `drain`, `destroy`, `start` and `stop` (the warm pool), or `blocked`
+    /// (machines wanted, provisioner paused).
     pub action: String,
     /// The planner's reason code (`core::scaler::Reason`).
     pub reason: String,

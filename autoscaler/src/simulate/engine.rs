@@ -346,9 +346,14 @@ impl<'a> Sim<'a> {
         let (policy, _) = schedule::policy_in_force(base, &self.pool.policies, now);
         let views: Vec<_> = self.fleet.machines.iter().map(|m| m.view()).collect();
         let waiting = u32::try_from(self.waiting.len()).unwrap_or(u32::MAX);
-        let states = views
+        // A machine on its way counts from its create or its start, so that the lead time
+        // measured is how long capacity takes to come; a stopped one is on no way.
+        let states = self
+            .fleet
+            .machines
             .iter()
-            .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
+            .filter(|m| !m.state.is_stopped())
+            .map(|m| (m.id.as_str(), m.requested_at, m.state.takes_jobs()));
         self.demand.observe_machines(states, now);
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
@@ -367,6 +372,12 @@ impl<'a> Sim<'a> {
         }
         for r in &plan.destroy {
             self.fleet.remove(&r.id, now);
+        }
+        for r in &plan.stop {
+            self.fleet.stop(&r.id, now);
+        }
+        for r in &plan.start {
+            self.fleet.start(&r.id, now);
         }
         if plan.create > 0 && self.breaker.allows(now) {
             for _ in 0..self.throttle.take(plan.create, now) {

@@ -1,5 +1,7 @@
 //! The modelled machines of one simulated pool, and what they cost: time alive, time idle,
-//! billed time.
+//! billed time. A warm pool's machine stops at once (the provider's stop is not modelled as
+//! taking time) and is then billed at the stopped (disk) price; a start takes a drawn start
+//! time, billed at the full price, like running.
 
 use super::policy::Cloud;
 use super::rng::Rng;
@@ -18,6 +20,12 @@ pub struct Machine {
     pub running: u32,
     pub use_count: u32,
     pub idle_since: Millis,
+    /// When it was last asked to become ready: its create, or its start from stopped.
+    pub requested_at: Millis,
+    /// Since when it is stopped, while it is.
+    stopped_since: Millis,
+    /// Time spent stopped, before the current stop.
+    stopped_ms: Millis,
 }
 
 impl Machine {
@@ -51,6 +59,9 @@ pub struct Fleet {
     pub alive_ms: u128,
     pub idle_ms: u128,
     pub billed_ms: u128,
+    /// Time machines spent stopped (billed at the stopped price).
+    pub stopped_ms: u128,
+    starts: u64,
 }
 
 impl Fleet {
@@ -67,6 +78,8 @@ impl Fleet {
             alive_ms: 0,
             idle_ms: 0,
             billed_ms: 0,
+            stopped_ms: 0,
+            starts: 0,
         }
     }
 
@@ -91,6 +104,9 @@ impl Fleet {
             running: 0,
             use_count: 0,
             idle_since: now,
+            requested_at: now,
+            stopped_since: 0,
+            stopped_ms: 0,
         });
         self.made += 1;
         self.peak = self
@@ -101,7 +117,7 @@ impl Fleet {
     pub fn next_boot_end(&self) -> Option<Millis> {
         self.machines
             .iter()
-            .filter(|m| m.state == MachineState::Booting)
+            .filter(|m| matches!(m.state, MachineState::Booting | MachineState::Starting))
             .map(|m| m.boot_ends)
             .min()
     }
@@ -111,7 +127,10 @@ impl Fleet {
         let (mut ready, mut failed) = (0, 0);
         let mut gone = Vec::new();
         for m in &mut self.machines {
-            if m.state == MachineState::Booting && m.boot_ends <= now {
+            if m.state == MachineState::Starting && m.boot_ends <= now {
+                m.state = MachineState::Ready;
+                m.idle_since = m.boot_ends;
+            } else if m.state == MachineState::Booting && m.boot_ends <= now {
                 if m.fails {
                     failed += 1;
                     gone.push(m.id.clone());
@@ -155,6 +174,31 @@ impl Fleet {
         }
     }
 
+    /// Warm pool: an idle machine stops; its idle time ends and its stopped time begins.
+    pub fn stop(&mut self, id: &str, now: Millis) {
+        if let Some(m) = self.machines.iter_mut().find(|m| m.id == id) {
+            assert_eq!(m.running, 0, "the planner stopped a busy machine");
+            self.idle_ms += u128::from(now - m.idle_since);
+            m.state = MachineState::Stopped;
+            m.stopped_since = now;
+        }
+    }
+
+    /// Warm pool: a stopped machine starts; it takes jobs after a drawn start time. The n-th
+    /// start takes as long whatever the policy.
+    pub fn start(&mut self, id: &str, now: Millis) {
+        let mut rng = Rng::new(!self.seed ^ self.starts.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        let (low, high) = self.cloud.start_time;
+        let took = low + (rng.unit() * (high - low) as f64) as Millis;
+        self.starts += 1;
+        if let Some(m) = self.machines.iter_mut().find(|m| m.id == id) {
+            m.stopped_ms += now - m.stopped_since;
+            m.state = MachineState::Starting;
+            m.requested_at = now;
+            m.boot_ends = now + took;
+        }
+    }
+
     pub fn drain(&mut self, id: &str) {
         if let Some(m) = self.machines.iter_mut().find(|m| m.id == id) {
             m.state = MachineState::Draining;
@@ -174,7 +218,15 @@ impl Fleet {
         if m.use_count == 0 && m.state != MachineState::Booting {
             self.never_used += 1;
         }
-        let alive = now - m.created_at;
+        let stopped = m.stopped_ms
+            + if m.state == MachineState::Stopped {
+                now - m.stopped_since
+            } else {
+                0
+            };
+        self.stopped_ms += u128::from(stopped);
+        // Stopped time is billed at the disk's price, not the machine's (per second).
+        let alive = now - m.created_at - stopped;
         self.alive_ms += u128::from(alive);
         let period = self.cloud.billing_period;
         self.billed_ms += u128::from(if period == 0 {
@@ -199,6 +251,7 @@ impl Fleet {
 
     pub fn cost(&self) -> Option<f64> {
         let price = self.cloud.price_per_hour?;
-        Some(self.billed_ms as f64 / 3_600_000.0 * price)
+        let disk = self.cloud.stopped_price_per_hour.unwrap_or(0.0);
+        Some((self.billed_ms as f64 * price + self.stopped_ms as f64 * disk) / 3_600_000.0)
     }
 }

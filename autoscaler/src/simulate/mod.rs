@@ -136,3 +136,5 @@ fn hash(name: &str) -> u64 {
 mod pipeline_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod warm_tests;

@@ -75,6 +75,8 @@ pub struct MachineMinutes {
     pub total: f64,
     /// Ready (or draining) and running no job. Booting time is in `total` only.
     pub idle: f64,
+    /// Warm pool: stopped, billed at the stopped (disk) price; not in `total`.
+    pub stopped: f64,
 }
 
 /// One pool's (one machine class's) results, or all pools' together.
@@ -109,6 +111,7 @@ impl PoolReport {
             machine_minutes: MachineMinutes {
                 total: minutes(fleet.alive_ms),
                 idle: minutes(fleet.idle_ms),
+                stopped: minutes(fleet.stopped_ms),
             },
             machines_created: fleet.created,
             machines_failed: fleet.failed,
@@ -149,6 +152,7 @@ impl Report {
             machine_minutes: MachineMinutes {
                 total: (sum(&|p| p.machine_minutes.total) * 10.0).round() / 10.0,
                 idle: (sum(&|p| p.machine_minutes.idle) * 10.0).round() / 10.0,
+                stopped: (sum(&|p| p.machine_minutes.stopped) * 10.0).round() / 10.0,
             },
             machines_created: count(&|p| p.machines_created),
             machines_failed: count(&|p| p.machines_failed),

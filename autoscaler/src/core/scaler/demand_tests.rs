@@ -20,6 +20,8 @@ pub(super) const DEMAND: ScalePolicy = ScalePolicy {
     scale_factor_limit: 0,
     strategy: Strategy::Demand,
     billing_period: 0,
+    stopped_count: 0,
+    max_stopped: 0,
 };
 
 pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
@@ -30,6 +32,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         lead_time: 60_000,
         surplus_grace: 60_000,
         need_peak: 0,
+        window_peak: 0,
     }
 }
 

@@ -16,6 +16,8 @@ const P: ScalePolicy = ScalePolicy {
     scale_factor_limit: 0,
     strategy: Strategy::Idle,
     billing_period: 0,
+    stopped_count: 0,
+    max_stopped: 0,
 };
 
 fn m(id: &str, state: MachineState, running: u32, uses: u32, idle_since: Millis) -> MachineView {
@@ -259,6 +261,8 @@ fn policy() -> impl PropStrategy<Value = ScalePolicy> {
                 scale_factor_limit: limit,
                 strategy: Strategy::Idle,
                 billing_period: 0,
+                stopped_count: 0,
+                max_stopped: 0,
             },
         )
 }

@@ -1,0 +1,182 @@
+//! The warm pool's decisions: start before create, stop instead of destroy below the target,
+//! replacement of expired stopped machines, the bounds, and nothing of it by default.
+
+use proptest::prelude::*;
+
+use super::demand_tests::{DEMAND, forecast, ready, run};
+use super::{MachineView, Reason, Retire, ScalePolicy, Strategy};
+use crate::core::Millis;
+use crate::core::demand::Forecast;
+use crate::core::machine::MachineState as S;
+
+const WARM: ScalePolicy = ScalePolicy {
+    max_stopped: 5,
+    ..DEMAND
+};
+
+fn stopped(id: &str, created_at: Millis) -> MachineView {
+    MachineView {
+        id: id.into(),
+        state: S::Stopped,
+        running_jobs: 0,
+        use_count: 1,
+        idle_since: created_at,
+        created_at,
+    }
+}
+
+fn with_window_peak(window_peak: u32) -> Forecast {
+    Forecast {
+        window_peak,
+        ..forecast(0, 0)
+    }
+}
+
+fn ids(list: &[Retire]) -> Vec<&str> {
+    list.iter().map(|r| r.id.as_str()).collect()
+}
+
+#[test]
+fn stopped_machines_start_before_new_ones_are_made() {
+    let fleet = [stopped("s1", 0), stopped("s2", 10)];
+    let plan = run(&fleet, 3, &WARM, with_window_peak(3), 1_000);
+    assert_eq!(ids(&plan.start), ["s1", "s2"]);
+    assert!(plan.start.iter().all(|r| r.reason == Reason::StartStopped));
+    assert_eq!((plan.create, plan.reason), (1, Reason::WaitingJobs));
+}
+
+#[test]
+fn starting_respects_max_machines() {
+    let p = ScalePolicy {
+        max_machines: 1,
+        ..WARM
+    };
+    let fleet = [stopped("s1", 0), stopped("s2", 0)];
+    let plan = run(&fleet, 3, &p, with_window_peak(3), 1_000);
+    assert_eq!((plan.start.len(), plan.create), (1, 0));
+}
+
+#[test]
+fn an_idle_machine_is_stopped_while_the_stopped_pool_is_below_its_target() {
+    // The window saw 3 slots needed; nothing runs now: the target is 3 stopped machines.
+    let fleet = [ready("a", 0, 0), ready("b", 0, 0), stopped("s", 0)];
+    let plan = run(&fleet, 0, &WARM, with_window_peak(3), 120_000);
+    assert_eq!(ids(&plan.stop), ["a", "b"]);
+    assert!(plan.stop.iter().all(|r| r.reason == Reason::StopIdle));
+    assert!(plan.destroy.is_empty());
+}
+
+#[test]
+fn at_its_target_the_stopped_pool_takes_no_more_and_the_rest_are_destroyed() {
+    let fleet = [ready("a", 0, 0), ready("b", 0, 0), stopped("s", 0)];
+    let plan = run(&fleet, 0, &WARM, with_window_peak(2), 120_000);
+    assert_eq!((plan.stop.len(), plan.destroy.len()), (1, 1));
+    assert_eq!(plan.destroy[0].reason, Reason::DemandFell);
+}
+
+#[test]
+fn the_excess_above_the_target_goes_oldest_first() {
+    let fleet = [stopped("new", 50), stopped("old", 10), stopped("mid", 20)];
+    let plan = run(&fleet, 0, &WARM, with_window_peak(1), 120_000);
+    assert_eq!(ids(&plan.destroy), ["old", "mid"]);
+    assert!(
+        plan.destroy
+            .iter()
+            .all(|r| r.reason == Reason::StoppedTarget)
+    );
+}
+
+#[test]
+fn stopped_count_is_a_floor_and_max_stopped_a_ceiling() {
+    let floor = ScalePolicy {
+        stopped_count: 2,
+        max_stopped: 2,
+        ..DEMAND
+    };
+    assert_eq!(floor.stopped_target(&with_window_peak(0), 0), 2);
+    assert_eq!(floor.stopped_target(&with_window_peak(50), 0), 2);
+    assert_eq!(WARM.stopped_target(&with_window_peak(4), 1), 3);
+    assert_eq!(WARM.stopped_target(&with_window_peak(4), 9), 0);
+}
+
+#[test]
+fn expired_stopped_machines_are_replaced() {
+    let p = ScalePolicy {
+        max_age: 60_000,
+        max_use_count: 3,
+        ..WARM
+    };
+    let mut used_up = stopped("used", 100_000);
+    used_up.use_count = 3;
+    let fleet = [stopped("old", 0), used_up, stopped("fresh", 100_000)];
+    let plan = run(&fleet, 1, &p, with_window_peak(3), 120_000);
+    let expired: Vec<&str> = plan
+        .destroy
+        .iter()
+        .filter(|r| r.reason == Reason::StoppedExpired)
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(expired, ["old", "used"]);
+    // The waiting job starts the one stopped machine left, not an expired one.
+    assert_eq!(ids(&plan.start), ["fresh"]);
+}
+
+#[test]
+fn no_start_while_the_provisioner_is_paused() {
+    let fleet = [stopped("s", 0)];
+    let plan = super::plan(&super::PlanInput {
+        machines: &fleet,
+        waiting_jobs: 1,
+        policy: &WARM,
+        provisioner_paused: true,
+        forecast: with_window_peak(1),
+        now: 1_000,
+    });
+    assert!(plan.start.is_empty());
+    assert_eq!(plan.reason, Reason::ProvisionerPaused);
+}
+
+proptest! {
+    /// Without a warm pool (the default) the planner never stops a machine, whatever the fleet
+    /// and the demand, and starts one only if stopped ones are left over (from a warm pool
+    /// since switched off); with one, it never stops a busy machine nor keeps more stopped
+    /// than `max_stopped`.
+    #[test]
+    fn the_warm_pool_stays_within_its_settings(
+        fleet in proptest::collection::vec((0u32..3, 0u64..600_000, any::<bool>()), 0..12),
+        waiting in 0u32..6,
+        window_peak in 0u32..20,
+        max_stopped in 0u32..4,
+        idle in any::<bool>(),
+    ) {
+        let machines: Vec<MachineView> = fleet
+            .iter()
+            .enumerate()
+            .map(|(i, &(running, idle_since, is_stopped))| {
+                if is_stopped {
+                    stopped(&format!("m{i}"), idle_since)
+                } else {
+                    ready(&format!("m{i}"), running, idle_since)
+                }
+            })
+            .collect();
+        let strategy = if idle { Strategy::Idle } else { Strategy::Demand };
+        let p = ScalePolicy { max_stopped, strategy, ..DEMAND };
+        let plan = run(&machines, waiting, &p, with_window_peak(window_peak), 900_000);
+        if max_stopped == 0 {
+            prop_assert!(plan.stop.is_empty());
+        }
+        if !fleet.iter().any(|&(_, _, is_stopped)| is_stopped) {
+            prop_assert!(plan.start.is_empty());
+        }
+        for r in &plan.stop {
+            let m = machines.iter().find(|m| m.id == r.id).unwrap();
+            prop_assert!(m.state == S::Ready && m.running_jobs == 0);
+        }
+        let gone = |id: &str| plan.destroy.iter().chain(&plan.start).any(|r| r.id == id);
+        let kept = machines.iter().filter(|m| m.state.is_stopped() && !gone(&m.id)).count()
+            + plan.stop.len();
+        let before = machines.iter().filter(|m| m.state.is_stopped()).count();
+        prop_assert!(kept <= (max_stopped as usize).max(before));
+    }
+}
