@@ -69,6 +69,16 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let sources = super::sources::read_sources(&s, base_dir);
     let provisioner = sources.as_ref().map(|all| all.first().cloned());
     let (scaling, policies) = read_scaling_and_policies(&s);
+    // The planner plans warm pools and the simulator measures them, but the service does not
+    // stop or start machines yet: a pool asking for one would keep running, at full price, the
+    // idle machines its plans meant to stop.
+    if scaling.stopped_count > 0 || scaling.max_stopped > 0 {
+        s.problem(
+            "scaling.max_stopped",
+            "warm pools (stopped_count, max_stopped) run in the simulator only for now: the \
+             service does not stop or start machines yet; leave both at 0",
+        );
+    }
     let classes = super::classes::read_classes(
         &s,
         sources.as_deref().unwrap_or_default(),

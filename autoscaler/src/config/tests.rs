@@ -513,3 +513,27 @@ fn the_instance_id_a_state_directory_recorded_outlives_a_renamed_host() {
         .expect("a changed instance id is a problem");
     assert!(problem.message.contains("\"as-old-host\""), "{problem}");
 }
+
+#[test]
+fn a_warm_pool_is_refused_while_the_service_cannot_stop_machines() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = r#"
+[state]
+dir = "/tmp/state"
+[upstream]
+url = "https://gitlab.example.com"
+[[pools]]
+name = "linux"
+upstream_token = "t"
+[pools.scaling]
+max_stopped = 4
+"#;
+    let err = Config::load(&write(&dir, text), no_env()).unwrap_err();
+    let refused: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("pools[0].scaling.max_stopped") && p.contains("simulator only")),
+        "{refused:?}"
+    );
+}
