@@ -140,7 +140,7 @@ async fn memory_store_conforms() {
 #[tokio::test]
 async fn sled_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = open_when_released(dir.path()).unwrap();
     jobs_and_payloads(&store).await;
     sidecars_meta_and_ids(&store).await;
     machines(&store).await;
@@ -150,7 +150,7 @@ async fn sled_store_conforms() {
 async fn sled_store_keeps_records_across_reopen_and_ids_keep_growing() {
     let dir = tempfile::tempdir().unwrap();
     let last_id = {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open_when_released(dir.path()).unwrap();
         store.put_job(&job(7)).unwrap();
         store.put_payload(JobId(7), b"payload").unwrap();
         store.put_sidecar(&sidecar(3)).unwrap();
@@ -158,7 +158,7 @@ async fn sled_store_keeps_records_across_reopen_and_ids_keep_growing() {
         store.durable().await.unwrap();
         id
     };
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = open_when_released(dir.path()).unwrap();
     assert_eq!(store.jobs().unwrap(), vec![job(7)]);
     assert_eq!(
         store.payload(JobId(7)).unwrap().as_deref(),
@@ -172,20 +172,20 @@ async fn sled_store_keeps_records_across_reopen_and_ids_keep_growing() {
 async fn sled_store_refuses_a_newer_schema() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open_when_released(dir.path()).unwrap();
         store
             .put_meta("schema_version", &(SCHEMA_VERSION + 1).to_be_bytes())
             .unwrap();
         store.durable().await.unwrap();
     }
-    let err = SledStore::open(dir.path()).unwrap_err();
+    let err = open_when_released(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::NewerSchema { .. }), "{err}");
     assert!(err.to_string().contains("newer autoscaler"));
 }
 
 /// A store with a job in it, flushed and closed; returns the path of its database directory.
 async fn closed_store_with_a_job(dir: &std::path::Path) -> std::path::PathBuf {
-    let store = SledStore::open(dir).unwrap();
+    let store = open_when_released(dir).unwrap();
     store.put_job(&job(7)).unwrap();
     store.durable().await.unwrap();
     store.checkpoint().unwrap();
@@ -202,11 +202,11 @@ async fn a_damaged_database_is_refused_not_reset() {
         .map(|i| (i * 7 + 13) as u8)
         .collect();
     std::fs::write(&log, garbage).unwrap();
-    let err = SledStore::open(dir.path()).unwrap_err();
+    let err = open_when_released(dir.path()).unwrap_err();
     assert!(matches!(err, StoreError::Damaged { .. }), "{err}");
     assert!(err.to_string().contains("holds no store"), "{err}");
     // It stays refused: a second start does not accept what the first one saw.
-    let again = SledStore::open(dir.path()).unwrap_err();
+    let again = open_when_released(dir.path()).unwrap_err();
     assert!(matches!(again, StoreError::Damaged { .. }), "{again}");
 }
 
@@ -217,7 +217,7 @@ async fn a_database_that_lost_flushed_history_is_refused() {
     let old = tempfile::tempdir().unwrap();
     copy_dir(&db, old.path());
     {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open_when_released(dir.path()).unwrap();
         for i in 0..3 {
             store.put_job(&job(20 + i)).unwrap();
             store.durable().await.unwrap();
@@ -227,7 +227,7 @@ async fn a_database_that_lost_flushed_history_is_refused() {
     // Put the older log back: to sled it is a valid, shorter history.
     std::fs::remove_dir_all(&db).unwrap();
     copy_dir(old.path(), &db);
-    let err = SledStore::open(dir.path()).unwrap_err();
+    let err = open_when_released(dir.path()).unwrap_err();
     assert!(err.to_string().contains("truncated or damaged"), "{err}");
 }
 
@@ -236,9 +236,28 @@ async fn a_lost_manifest_is_written_again_and_the_store_carries_on() {
     let dir = tempfile::tempdir().unwrap();
     closed_store_with_a_job(dir.path()).await;
     std::fs::remove_file(dir.path().join("store.json")).unwrap();
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = open_when_released(dir.path()).unwrap();
     assert_eq!(store.jobs().unwrap(), vec![job(7)]);
     assert!(dir.path().join("store.json").is_file());
+}
+
+/// Opens the store at `dir` once the store closed before it has let go of the directory. sled
+/// releases its file lock when the last of its IO threads drops the file, which can be a moment
+/// after the last handle was dropped: in one process, a reopen can find it still held. Any
+/// other outcome is returned at once; the lock still held after 10 s is returned as it is.
+fn open_when_released(dir: &std::path::Path) -> Result<SledStore, StoreError> {
+    let deadline = crate::clock::monotonic() + std::time::Duration::from_secs(10);
+    loop {
+        match SledStore::open(dir) {
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && crate::clock::monotonic() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -257,7 +276,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_durable_calls_share_flushes() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SledStore::open(dir.path()).unwrap());
+    let store = Arc::new(open_when_released(dir.path()).unwrap());
     let before = store.flush_count();
     let tasks: Vec<_> = (0..64u64)
         .map(|i| {
@@ -285,7 +304,7 @@ async fn sled_store_keeps_every_write_across_journal_switches_and_checkpoints() 
     let dir = tempfile::tempdir().unwrap();
     let payload = vec![b'x'; 4096];
     {
-        let store = SledStore::open(dir.path()).unwrap();
+        let store = open_when_released(dir.path()).unwrap();
         // About 4 MiB of journal: several epochs, each checkpointed in the background.
         for id in 1..=1000u64 {
             store.put_payload(JobId(id), &payload).unwrap();
@@ -296,7 +315,7 @@ async fn sled_store_keeps_every_write_across_journal_switches_and_checkpoints() 
             store.durable().await.unwrap();
         }
     }
-    let store = SledStore::open(dir.path()).unwrap();
+    let store = open_when_released(dir.path()).unwrap();
     let jobs = store.jobs().unwrap();
     assert_eq!(jobs.len(), 667);
     assert!(jobs.iter().all(|j| j.id.0 % 3 != 0));
