@@ -2,8 +2,6 @@
 //! pipeline forecast learned kept in the store, so that a restart does not forget every
 //! project's pipeline shape.
 
-use std::sync::Arc;
-
 use super::controller::PoolController;
 use crate::core::Millis;
 use crate::core::demand::DemandTracker;
@@ -111,9 +109,8 @@ impl PoolController {
     /// Saves what the pipeline forecast learned, when due (or now, with `force`).
     pub(super) fn save_pipeline_shapes(&self, force: bool) {
         let now = self.machines.now();
-        let store = Arc::clone(self.machines.store());
         self.pipeline_learning()
-            .save(store.as_ref(), self.pool(), now, force);
+            .save(self.machines.store().as_ref(), self.pool(), now, force);
     }
 
     pub(super) fn pipeline_learning(&self) -> std::sync::MutexGuard<'_, PipelineLearning> {
