@@ -69,16 +69,6 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
     let sources = super::sources::read_sources(&s, base_dir);
     let provisioner = sources.as_ref().map(|all| all.first().cloned());
     let (scaling, policies) = read_scaling_and_policies(&s);
-    // The planner plans warm pools and the simulator measures them, but the service does not
-    // stop or start machines yet: a pool asking for one would keep running, at full price, the
-    // idle machines its plans meant to stop.
-    if scaling.stopped_count > 0 || scaling.max_stopped > 0 {
-        s.problem(
-            "scaling.max_stopped",
-            "warm pools (stopped_count, max_stopped) run in the simulator only for now: the \
-             service does not stop or start machines yet; leave both at 0",
-        );
-    }
     let classes = super::classes::read_classes(
         &s,
         sources.as_deref().unwrap_or_default(),
@@ -95,6 +85,20 @@ pub(super) fn read_pool(s: Section<'_>, base_dir: &Path) -> Option<PoolConfig> {
         ),
         (None, Some(_)) => s.problem("sidecar", "only applies to pools with a provisioner"),
         _ => {}
+    }
+    // A started machine gets a fresh sidecar token over its connection (the one it had was
+    // revoked when it stopped); a sidecar started from user-data would come back with the old.
+    let warm_pool = scaling.stopped_count > 0 || scaling.max_stopped > 0;
+    if warm_pool
+        && let Some(Some(c)) = &sidecar
+        && c.start == super::sidecar::SidecarStart::UserData
+    {
+        s.problem(
+            "scaling.max_stopped",
+            "a warm pool (stopped_count, max_stopped) needs sidecar.start = \"ssh\": a started \
+             machine is given a fresh sidecar token over SSH, which a sidecar started from \
+             user-data cannot be",
+        );
     }
     if let (Some(Some(p)), Some(Some(c))) = (&provisioner, &sidecar)
         && c.ready_timeout + p.timeouts.status >= p.boot_timeout * 10

@@ -515,25 +515,26 @@ fn the_instance_id_a_state_directory_recorded_outlives_a_renamed_host() {
 }
 
 #[test]
-fn a_warm_pool_is_refused_while_the_service_cannot_stop_machines() {
+fn a_warm_pool_needs_sidecars_started_over_ssh() {
     let dir = tempfile::tempdir().unwrap();
-    let text = r#"
-[state]
-dir = "/tmp/state"
-[upstream]
-url = "https://gitlab.example.com"
-[[pools]]
-name = "linux"
-upstream_token = "t"
-[pools.scaling]
-max_stopped = 4
-"#;
-    let err = Config::load(&write(&dir, text), no_env()).unwrap_err();
+    let warm = "[pools.scaling]\nstopped_count = 1\nmax_stopped = 4\n";
+    let c = Config::load(&write(&dir, &pool_with_policies(warm)), no_env()).unwrap();
+    assert_eq!(
+        (
+            c.pools[0].scaling.stopped_count,
+            c.pools[0].scaling.max_stopped
+        ),
+        (1, 4)
+    );
+
+    let from_user_data = pool_with_policies(&format!("start = \"user_data\"\n{warm}"));
+    let err = Config::load(&write(&dir, &from_user_data), no_env()).unwrap_err();
     let refused: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
     assert!(
         refused
             .iter()
-            .any(|p| p.contains("pools[0].scaling.max_stopped") && p.contains("simulator only")),
+            .any(|p| p.contains("pools[0].scaling.max_stopped")
+                && p.contains("needs sidecar.start = \"ssh\"")),
         "{refused:?}"
     );
 }

@@ -13,8 +13,12 @@
 //! boot; a stopped machine costs only its disk.
 //!
 //! ```text
-//! ready -> stopping -> stopped -> starting -> ready
+//! ready -> stopping -> stopped -> starting -> booting -> injecting -> ready
 //! ```
+//!
+//! A started machine goes the way a new one does once the provider reports it running: its
+//! sidecar token was revoked when it stopped (a stopped disk must not hold a live credential),
+//! so it is reached again (its pinned host key required) and given a fresh sidecar.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +51,8 @@ pub enum MachineState {
     Stopping,
     /// Stopped at the provider: keeps its disk, costs only that, takes no jobs.
     Stopped,
-    /// Start asked of a stopped machine; waiting for its sidecar to poll again.
+    /// Start asked of a stopped machine; waiting for the provider to report it running (then
+    /// `booting`, as a new machine).
     Starting,
 }
 
@@ -109,7 +114,8 @@ pub fn transition(
         (S::Requested, E::CreateAccepted) => Some(S::Creating),
         (S::Requested | S::Creating, E::ProviderRunning) => Some(S::Booting),
         (S::Booting, E::Reachable) => Some(S::Injecting),
-        (S::Injecting | S::Starting, E::SidecarPolled) => Some(S::Ready),
+        (S::Injecting, E::SidecarPolled) => Some(S::Ready),
+        (S::Starting, E::ProviderRunning) => Some(S::Booting),
         // The warm pool: only an idle machine stops; only a stopped one starts.
         (S::Ready, E::Stop) => Some(S::Stopping),
         (S::Stopping, E::ProviderStopped | E::Stop) | (S::Stopped, E::ProviderStopped) => {
@@ -255,6 +261,8 @@ mod tests {
             (E::Stop, S::Stopping),
             (E::ProviderStopped, S::Stopped),
             (E::Start, S::Starting),
+            (E::ProviderRunning, S::Booting),
+            (E::Reachable, S::Injecting),
             (E::SidecarPolled, S::Ready),
         ];
         let mut s = S::Ready;
@@ -295,7 +303,8 @@ mod tests {
             (S::Stopped, E::JobStarted, None),
             (S::Stopped, E::Start, Some(S::Starting)),
             (S::Ready, E::Start, None),
-            (S::Starting, E::SidecarPolled, Some(S::Ready)),
+            (S::Starting, E::SidecarPolled, None),
+            (S::Starting, E::ProviderRunning, Some(S::Booting)),
             (S::Stopped, E::Destroy, Some(S::Destroying)),
             (S::Stopped, E::Fail, Some(S::Failed)),
             (S::Starting, E::Drain, Some(S::Draining)),

@@ -20,6 +20,10 @@ pub struct Known {
     pub since: Millis,
     /// For `destroying` and `failed`: when the next destroy attempt is due.
     pub next_attempt: Millis,
+    /// It changed state after the provider's list was taken: what the list says of it may be
+    /// older than what we did to it since (a start that has already brought it back, say), so
+    /// the list's word on its state waits for the next pass.
+    pub changed_after_list: bool,
 }
 
 /// The provider's view of one machine carrying our owner labels.
@@ -203,44 +207,12 @@ fn decide(
             );
         }
         None => {}
-        Some(l) => match l.state {
-            ProviderState::Gone => {
-                return event(
-                    MachineEvent::ProviderGone,
-                    format!("{vanished}the provider reports it gone"),
-                );
+        Some(_) if k.changed_after_list => {}
+        Some(l) => {
+            if let Some((what, reason)) = judge_listed_state(k.state, l.state) {
+                return event(what, reason);
             }
-            ProviderState::Failed
-                if !matches!(k.state, MachineState::Failed | MachineState::Destroying) =>
-            {
-                return event(MachineEvent::Fail, "the provider reports it failed".into());
-            }
-            // The autoscaler stops no machine yet: one that is stopped or coming back without it
-            // asking was stopped behind its back (an operator, a provider's maintenance). Its
-            // sidecar is gone (a restart does not rerun user-data), so it can take no job; it
-            // is failed, which destroys and replaces it, rather than kept as capacity that is
-            // not there.
-            ProviderState::Stopped | ProviderState::Starting
-                if !matches!(k.state, MachineState::Failed | MachineState::Destroying) =>
-            {
-                return event(
-                    MachineEvent::Fail,
-                    format!(
-                        "the provider reports it {}, and the autoscaler did not stop it",
-                        provider_state_name(l.state)
-                    ),
-                );
-            }
-            ProviderState::Running
-                if matches!(k.state, MachineState::Requested | MachineState::Creating) =>
-            {
-                return event(
-                    MachineEvent::ProviderRunning,
-                    "the provider reports it running".into(),
-                );
-            }
-            _ => {}
-        },
+        }
     }
     match k.state {
         MachineState::Requested | MachineState::Creating if in_state >= policy.boot_timeout => {
@@ -259,12 +231,73 @@ fn decide(
                 ),
             )
         }
+        // A power operation the provider never finished: a machine neither stopped nor back
+        // is no capacity and no warm spare; it is replaced.
+        MachineState::Stopping | MachineState::Starting if in_state >= policy.boot_timeout => {
+            event(
+                MachineEvent::Fail,
+                format!("still {} after {} s", k.state, in_state / 1000),
+            )
+        }
         MachineState::Destroying | MachineState::Failed if now >= k.next_attempt => {
             Some(Action::Destroy {
                 machine: k.id.clone(),
             })
         }
         _ => None,
+    }
+}
+
+/// What the provider's listed state says of a machine in `ours`, if it calls for an event.
+fn judge_listed_state(ours: MachineState, listed: ProviderState) -> Option<(MachineEvent, String)> {
+    use MachineState as S;
+    use ProviderState as P;
+    let ending = matches!(ours, S::Failed | S::Destroying);
+    match (listed, ours) {
+        (P::Gone, _) => Some((MachineEvent::ProviderGone, gone_reason(ours))),
+        (P::Failed, _) if !ending => {
+            Some((MachineEvent::Fail, "the provider reports it failed".into()))
+        }
+        // The warm pool's own steps, as the provider completes them.
+        (P::Stopped, S::Stopping) => Some((
+            MachineEvent::ProviderStopped,
+            "the provider reports it stopped".into(),
+        )),
+        (P::Running, S::Requested | S::Creating | S::Starting) => Some((
+            MachineEvent::ProviderRunning,
+            "the provider reports it running".into(),
+        )),
+        // On its way: a stop or a start the provider has not finished (or not begun: a start
+        // is judged by its timeout).
+        (P::Stopping | P::Stopped | P::Starting, S::Stopping | S::Stopped | S::Starting) => None,
+        // Stopped, or coming back, without the autoscaler asking: stopped behind its back (an
+        // operator, a provider's maintenance). Its sidecar is gone (a restart does not rerun
+        // user-data) and a stopped machine keeps no live token, so it can take no job; it is
+        // failed, which destroys and replaces it, rather than kept as capacity that is not there.
+        // Likewise a machine we stopped that runs again: nobody gave it a sidecar.
+        (P::Stopped | P::Starting, _) | (P::Running, S::Stopped) if !ending => Some((
+            MachineEvent::Fail,
+            format!(
+                "the provider reports it {}, and the autoscaler did not {} it",
+                provider_state_name(listed),
+                if listed == P::Running {
+                    "start"
+                } else {
+                    "stop"
+                }
+            ),
+        )),
+        _ => None,
+    }
+}
+
+/// Gone without a destroy from us: the provider lost it (or someone deleted it) behind the
+/// autoscaler's back, which the record and the failure metric must say.
+fn gone_reason(ours: MachineState) -> String {
+    if ours == MachineState::Destroying {
+        "the provider reports it gone".into()
+    } else {
+        "vanished at the provider: the provider reports it gone".into()
     }
 }
 

@@ -65,6 +65,8 @@ pub struct PoolController {
     pub(super) pipelines: Mutex<super::pipelines::PipelineLearning>,
     /// Where each executed plan is reported (metrics, the admin API's decisions).
     pub(super) decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
+    /// The pool asks for a warm pool its provisioner cannot keep, and that was logged.
+    pub(super) warm_pool_refused: std::sync::atomic::AtomicBool,
 }
 
 /// How the controller is set up.
@@ -108,6 +110,7 @@ impl PoolController {
             demand: Mutex::new(DemandTracker::default()),
             pipelines: Mutex::new(pipelines),
             decisions: std::sync::OnceLock::new(),
+            warm_pool_refused: std::sync::atomic::AtomicBool::new(false),
         });
         // A machine's sidecar starts as soon as the provider says it runs; the pass that made
         // it may still be waiting for the provider's other creates.
@@ -335,6 +338,17 @@ impl PoolController {
 
     /// Stops the sidecar (best effort), revokes its token, destroys the machine.
     async fn teardown(&self, m: &MachineRecord) {
+        self.stop_sidecar(m).await;
+        self.revoke(m).await;
+        let reason = m.reason.clone().unwrap_or_default();
+        if let Err(e) = self.machines.retire(&m.id, &reason).await {
+            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot destroy the machine");
+        }
+    }
+
+    /// Ends the machine's sidecar over its connection, best effort and bounded: the machine is
+    /// about to be destroyed or stopped, and its token revoked either way.
+    pub(super) async fn stop_sidecar(&self, m: &MachineRecord) {
         if let Some(target) = crate::launcher::LaunchTarget::of(m)
             && m.sidecar.is_some()
         {
@@ -343,18 +357,13 @@ impl PoolController {
                 .await
                 .unwrap_or(Ok(()))
             {
-                tracing::debug!(pool = %self.pool(), machine.id = %m.id, error = %e, "could not stop the sidecar before destroying its machine");
+                tracing::debug!(pool = %self.pool(), machine.id = %m.id, error = %e, "could not stop the sidecar");
             }
-        }
-        self.revoke(m).await;
-        let reason = m.reason.clone().unwrap_or_default();
-        if let Err(e) = self.machines.retire(&m.id, &reason).await {
-            tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot destroy the machine");
         }
     }
 
     /// The machine's sidecar token stops working.
-    async fn revoke(&self, m: &MachineRecord) {
+    pub(super) async fn revoke(&self, m: &MachineRecord) {
         if let Some(sidecar) = m.sidecar {
             self.last_project
                 .lock()

@@ -150,7 +150,7 @@ impl Rig {
     }
 
     /// Steps until the pool's one machine is booted, injected and polled by its sidecar.
-    async fn serving_machine(&self) -> MachineRecord {
+    pub(super) async fn serving_machine(&self) -> MachineRecord {
         self.controller.step().await;
         self.controller.step().await;
         self.until("injected", |ms| {

@@ -8,6 +8,7 @@ mod launch;
 mod lifecycle;
 mod pipelines;
 mod policy;
+mod power;
 mod reconcile;
 mod scale;
 mod sources;
@@ -20,6 +21,8 @@ pub use sources::{SOURCE_LABEL, SourceSpec};
 mod controller_tests;
 #[cfg(test)]
 mod pipeline_tests;
+#[cfg(test)]
+mod power_tests;
 #[cfg(test)]
 mod sources_tests;
 #[cfg(test)]
@@ -379,6 +382,7 @@ impl PoolMachines {
             reason: None,
             destroy_attempts: 0,
             next_attempt: 0,
+            restarted_at: None,
             timeline: vec![TimelineEntry {
                 at: now,
                 state,

@@ -27,8 +27,10 @@ impl PoolMachines {
     ) -> Result<Vec<Reclaim>, MachinesError> {
         if let Ok(info) = source.provisioner().info().await {
             source.set_batch(info.capabilities.batch_size());
+            source.set_stop_start(info.capabilities.stop_start);
             self.judge_fitness(source, &info.capabilities);
         }
+        let listed_at = self.clock.now();
         let listed = match source.provisioner().list(self.owner_labels()).await {
             Ok(listed) => {
                 self.provisioner_succeeded(source);
@@ -71,6 +73,7 @@ impl PoolMachines {
                 created_at: m.created_at,
                 since: m.since,
                 next_attempt: m.next_attempt,
+                changed_after_list: m.since > listed_at,
             })
             .collect();
         let now = self.clock.now();

@@ -18,7 +18,7 @@ impl PoolController {
     pub(super) async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
         let now = self.machines.now();
         let live = self.machines.live();
-        let policy = self.policy_in_force(now);
+        let policy = self.without_impossible_warm_pool(self.policy_in_force(now));
         let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
         let mut waiting = self.jobs.waiting_by_class(self.pool());
         let forecast = self.forecast(
@@ -65,8 +65,11 @@ impl PoolController {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.learn_from_jobs(&mut demand);
+        // A machine started from stopped comes back in a start time, not a boot: it says
+        // nothing of the pool's create-to-ready time.
         let states = live
             .iter()
+            .filter(|m| m.restarted_at.is_none())
             .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
         demand.observe_machines(states, now);
         let in_use = live.iter().map(running).sum::<u32>() + waiting;
@@ -157,6 +160,12 @@ impl PoolController {
                 self.clone().start_teardown(&m);
             }
         }
+        for r in &plan.stop {
+            self.stop_idle(r);
+        }
+        for r in &plan.start {
+            self.start_stopped(r);
+        }
         let mut created = 0;
         if plan.create > 0 {
             let class_name = class.map_or("-", |c| c.name.as_str());
@@ -178,6 +187,26 @@ impl PoolController {
         }
         if let Some(decisions) = self.decisions.get() {
             decisions.record(self.pool(), plan, created, now);
+        }
+    }
+}
+
+impl PoolController {
+    /// The policy without its warm pool when a source's provisioner cannot stop and start
+    /// machines (said once): the plans would stop machines that cannot be stopped.
+    fn without_impossible_warm_pool(&self, policy: ScalePolicy) -> ScalePolicy {
+        use std::sync::atomic::Ordering;
+        if !policy.has_warm_pool() || self.can_stop_start() {
+            self.warm_pool_refused.store(false, Ordering::Relaxed);
+            return policy;
+        }
+        if !self.warm_pool_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(pool = %self.pool(), "stopped_count and max_stopped are set, but the pool's provisioner does not declare the stop_start capability (or has not answered info yet): no machine is stopped; idle ones are destroyed as without a warm pool");
+        }
+        ScalePolicy {
+            stopped_count: 0,
+            max_stopped: 0,
+            ..policy
         }
     }
 }

@@ -3,7 +3,7 @@
 //! that has room, is not paused and is not throttled; the others take the overflow
 //! (on-premises first, a cloud for bursts; spot first, on-demand after).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ pub(super) struct Source {
     /// Why its provisioner cannot make this pool's machines (its `info` lacks a capability the
     /// pool needs): no creation is asked of it until an `info` shows the capability.
     unfit: Mutex<Option<String>>,
+    /// Its provisioner declares `stop_start` (the warm pool needs it).
+    stop_start: AtomicBool,
 }
 
 /// How long a source that said "retry later" without a time is left alone.
@@ -79,6 +81,7 @@ impl Source {
             batch: AtomicU32::new(1),
             retry_at: AtomicU64::new(0),
             unfit: Mutex::new(None),
+            stop_start: AtomicBool::new(false),
         }
     }
 
@@ -117,6 +120,17 @@ impl Source {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_some()
+    }
+
+    /// Records whether the provisioner declares `stop_start` (from its `info`).
+    pub fn set_stop_start(&self, declared: bool) {
+        self.stop_start.store(declared, Ordering::Relaxed);
+    }
+
+    /// Whether the provisioner can stop and start its machines (unknown until its first
+    /// `info`: no).
+    pub fn can_stop_start(&self) -> bool {
+        self.stop_start.load(Ordering::Relaxed)
     }
 
     pub fn set_batch(&self, n: u32) {

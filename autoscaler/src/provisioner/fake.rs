@@ -35,6 +35,8 @@ struct State {
     /// `info` does not declare `machine_user_data`, as a provisioner that ignores each
     /// machine's own user-data.
     without_machine_user_data: bool,
+    /// `info` does not declare `stop_start`, as a provisioner that cannot stop machines.
+    without_stop_start: bool,
     creates: u64,
     destroys: u64,
 }
@@ -53,6 +55,11 @@ impl FakeProvisioner {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap()
+    }
+
+    /// `info` stops declaring `stop_start`.
+    pub fn drop_stop_start(&self) {
+        self.lock().without_stop_start = true;
     }
 
     /// `info` stops declaring `machine_user_data`.
@@ -122,7 +129,10 @@ impl FakeProvisioner {
 impl Provisioner for FakeProvisioner {
     fn info(&self) -> BoxFuture<'_, Result<Info>> {
         Box::pin(async {
-            let machine_user_data = !self.lock().without_machine_user_data;
+            let (machine_user_data, stop_start) = {
+                let s = self.lock();
+                (!s.without_machine_user_data, !s.without_stop_start)
+            };
             Ok(Info {
                 protocol: 1,
                 name: "fake".into(),
@@ -132,7 +142,7 @@ impl Provisioner for FakeProvisioner {
                     max_batch: Some(5),
                     host_key: false,
                     machine_user_data,
-                    stop_start: true,
+                    stop_start,
                 },
             })
         })

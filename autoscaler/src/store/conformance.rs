@@ -69,6 +69,7 @@ fn machine(id: &str) -> MachineRecord {
         reason: None,
         destroy_attempts: 0,
         next_attempt: 0,
+        restarted_at: None,
         timeline: vec![TimelineEntry {
             at: 5,
             state: crate::core::machine::MachineState::Requested,

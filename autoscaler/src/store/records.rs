@@ -138,6 +138,10 @@ pub struct MachineRecord {
     /// When the next destroy attempt is due.
     #[serde(default)]
     pub next_attempt: Millis,
+    /// When it was last started from `stopped` (the warm pool): its way back to ready is a
+    /// start, not a boot, and is not taken as the pool's create-to-ready time.
+    #[serde(default)]
+    pub restarted_at: Option<Millis>,
     /// Its states over time (bounded), for operators and the demo.
     #[serde(default)]
     pub timeline: Vec<TimelineEntry>,

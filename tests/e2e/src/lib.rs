@@ -12,6 +12,17 @@ pub mod replay;
 pub mod scrape;
 pub mod stack;
 
+/// The sidecar token the autoscaler wrote onto the (only) local machine under `machines_root`.
+pub fn local_machine_token(machines_root: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let path = std::fs::read_dir(machines_root)?
+        .flatten()
+        .map(|e| e.path().join("home/autoscaler-sidecar/token"))
+        .find(|p| p.exists())
+        .context("no token file on the machine")?;
+    Ok(std::fs::read_to_string(path)?.trim().to_string())
+}
+
 /// Destroys, when dropped, every local sandbox machine left under a root directory, through the
 /// local provisioner itself: a test that fails half-way must not leave `sshd` processes behind.
 #[derive(Debug)]

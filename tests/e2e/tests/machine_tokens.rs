@@ -60,16 +60,6 @@ async fn rig(sidecar: &str) -> Result<Rig> {
     })
 }
 
-/// The sidecar token the autoscaler wrote onto the (only) local machine.
-fn machine_token(machines_root: &Path) -> Result<String> {
-    let path = std::fs::read_dir(machines_root)?
-        .flatten()
-        .map(|e| e.path().join("home/autoscaler-sidecar/token"))
-        .find(|p| p.exists())
-        .context("no token file on the machine")?;
-    Ok(std::fs::read_to_string(path)?.trim().to_string())
-}
-
 fn client_from(address: &str) -> Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .local_address(address.parse::<IpAddr>()?)
@@ -83,7 +73,7 @@ fn client_from(address: &str) -> Result<reqwest::Client> {
 async fn a_machine_token_from_another_address_is_refused_with_403_and_works_from_its_machine()
 -> Result<()> {
     let r = rig("mode = \"builtin\"").await?;
-    let token = machine_token(&r.machines_root)?;
+    let token = e2e::local_machine_token(&r.machines_root)?;
     let elsewhere = client_from("127.0.0.2")?;
     for path in ["/api/v4/runners/verify", "/api/v4/jobs/request"] {
         let answer = elsewhere

@@ -7,7 +7,7 @@
 const REFRESH_MS = 3000;
 const TOKEN_KEY = "autoscaler-admin-token";
 const STATES = ["requested", "creating", "booting", "injecting", "ready", "busy",
-  "draining", "destroying", "gone", "failed"];
+  "draining", "destroying", "gone", "failed", "stopping", "stopped", "starting"];
 const ENDED = new Set(["gone", "failed"]);
 const SVG_NS = "http://www.w3.org/2000/svg";
 

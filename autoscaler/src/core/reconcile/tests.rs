@@ -21,6 +21,7 @@ fn known(
         created_at,
         since,
         next_attempt: 0,
+        changed_after_list: false,
     }
 }
 
@@ -235,4 +236,76 @@ fn a_stopped_orphan_is_destroyed_even_when_orphans_are_adopted() {
             provider_id: "p7".into()
         }]
     );
+}
+
+#[test]
+fn the_warm_pools_own_stops_and_starts_complete_as_the_provider_reports_them() {
+    let k = [
+        known("stopping", MachineState::Stopping, Some("p1"), 0, 0),
+        known("starting", MachineState::Starting, Some("p2"), 0, 0),
+        known("stopped", MachineState::Stopped, Some("p3"), 0, 0),
+        known("slow", MachineState::Starting, Some("p4"), 0, 0),
+    ];
+    let l = [
+        listed("p1", ProviderState::Stopped, Some("stopping")),
+        listed("p2", ProviderState::Running, Some("starting")),
+        listed("p3", ProviderState::Stopped, Some("stopped")),
+        listed("p4", ProviderState::Starting, Some("slow")),
+    ];
+    let actions = plan(&k, &l, 10, &POLICY);
+    assert!(
+        actions
+            .iter()
+            .any(event("stopping", MachineEvent::ProviderStopped)),
+        "{actions:?}"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(event("starting", MachineEvent::ProviderRunning)),
+        "{actions:?}"
+    );
+    assert_eq!(actions.len(), 2, "{actions:?}");
+}
+
+#[test]
+fn a_stop_or_start_the_provider_never_finishes_fails_the_machine_at_the_boot_timeout() {
+    let k = [
+        known("stopping", MachineState::Stopping, Some("p1"), 0, 0),
+        known("starting", MachineState::Starting, Some("p2"), 0, 0),
+    ];
+    let l = [
+        listed("p1", ProviderState::Running, Some("stopping")),
+        listed("p2", ProviderState::Stopped, Some("starting")),
+    ];
+    assert!(plan(&k, &l, POLICY.boot_timeout - 1, &POLICY).is_empty());
+    let actions = plan(&k, &l, POLICY.boot_timeout, &POLICY);
+    assert!(
+        actions.iter().any(event("stopping", MachineEvent::Fail))
+            && actions.iter().any(event("starting", MachineEvent::Fail)),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_machine_we_stopped_that_runs_again_was_started_by_someone_else_and_is_failed() {
+    let k = [known("m1", MachineState::Stopped, Some("p1"), 0, 0)];
+    let l = [listed("p1", ProviderState::Running, Some("m1"))];
+    let actions = plan(&k, &l, 10, &POLICY);
+    assert!(
+        actions.iter().any(
+            |a| matches!(a, Action::Event { event: MachineEvent::Fail, reason, .. }
+            if reason == "the provider reports it running, and the autoscaler did not start it")
+        ),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_list_older_than_the_machines_last_change_says_nothing_of_its_state() {
+    // Started and back in service since the list was taken, which still says stopped.
+    let mut k = known("m1", MachineState::Booting, Some("p1"), 0, 0);
+    k.changed_after_list = true;
+    let l = [listed("p1", ProviderState::Stopped, Some("m1"))];
+    assert!(plan(&[k], &l, 10, &POLICY).is_empty());
 }

@@ -184,6 +184,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             reason: Some("reachable over SSH".into()),
             destroy_attempts: 0,
             next_attempt: 0,
+            restarted_at: None,
             timeline,
         })?;
         store.put_sidecar(&SidecarRecord {
