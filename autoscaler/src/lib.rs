@@ -9,6 +9,7 @@ pub mod core;
 pub mod decisions;
 pub mod delivery;
 pub mod dispatch;
+pub mod history;
 pub mod import;
 pub mod inject;
 pub mod intake;

@@ -1,9 +1,10 @@
 //! The command line: `autoscaler run --config FILE`, `autoscaler check-config --config FILE`,
 //! `autoscaler provisioner check PATH`, `autoscaler simulate WORKLOAD --policy FILE|--oracle`,
-//! `autoscaler import-config FILE`, and the operator's commands that call a running
+//! `autoscaler import-config FILE`, `autoscaler history`, and the operator's commands that call a running
 //! autoscaler's admin API (`admin.rs`).
 
 mod admin;
+mod history_cli;
 mod table;
 
 use std::path::PathBuf;
@@ -91,6 +92,26 @@ enum Command {
         #[arg(long, requires = "oracle", default_value = "60s", value_parser = humantime::parse_duration)]
         boot_time: std::time::Duration,
     },
+    /// Export a runner's finished jobs from GitLab's REST API as a replay file for
+    /// `simulate` (one job a line: ready, duration, project, pipeline, stage, name, class).
+    /// The API token comes from GITLAB_API_TOKEN (read_api scope; its user must see the runner).
+    History {
+        /// GitLab's URL, e.g. https://gitlab.example.com.
+        #[arg(long)]
+        url: String,
+        /// The runner's id (GitLab's admin area, or `GET /api/v4/runners`).
+        #[arg(long)]
+        runner: u64,
+        /// Leave out jobs pending before this: an RFC 3339 time, or a duration ago (`7d`).
+        #[arg(long)]
+        since: Option<String>,
+        /// The replay's class column (the pool's machine class) for every job.
+        #[arg(long, default_value = "default")]
+        class: String,
+        /// Write the replay here instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
     #[command(flatten)]
     Admin(admin::AdminCommand),
 }
@@ -168,6 +189,13 @@ impl Cli {
                 output,
                 provisioners_dir,
             } => crate::import::import_config(&file, output.as_deref(), provisioners_dir),
+            Command::History {
+                url,
+                runner,
+                since,
+                class,
+                output,
+            } => history_cli::run(url, runner, since, class, output.as_deref()),
             Command::Admin(command) => admin::run(command),
         }
     }

@@ -15,7 +15,7 @@ mod oracle;
 mod pipeline;
 mod policy;
 mod release;
-mod replay;
+pub mod replay;
 mod report;
 mod rng;
 mod workload;

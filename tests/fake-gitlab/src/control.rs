@@ -20,7 +20,8 @@ use serde_json::json;
 pub use client::{Client, ClientError};
 pub use types::{
     ArtifactSpec, ArtifactView, CancelOutcome, EnqueuedJob, FaultAction, FaultId, FaultRule,
-    JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewRunner, RunnerView, Stats, WaitFor,
+    JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewApiToken, NewRunner, RunnerView, Stats,
+    WaitFor,
 };
 
 use crate::api::file_response;
@@ -34,6 +35,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/control/runners", post(add_runner).get(list_runners))
         .route("/control/runners/{token}", get(runner))
         .route("/control/registration_tokens", post(add_registration_token))
+        .route("/control/api_tokens", post(add_api_token))
         .route("/control/runners/{token}/orphaned", post(set_orphaned))
         .route("/control/jobs", post(enqueue).get(list_jobs))
         .route("/control/jobs/batch", post(enqueue_batch))
@@ -84,6 +86,20 @@ async fn add_registration_token(State(shared): State<Arc<Shared>>, body: Bytes) 
         return error(StatusCode::BAD_REQUEST, "token is missing");
     }
     shared.mutate(|s| s.add_registration_token(&new.token));
+    (StatusCode::CREATED, Json(json!({ "token": new.token }))).into_response()
+}
+
+/// `POST /control/api_tokens` `{"token": "...", "scopes": ["read_api"]}`: an access token the
+/// REST API (`GET /api/v4/runners/:id/jobs`) accepts, with its scopes.
+async fn add_api_token(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let new: NewApiToken = match parse(&body) {
+        Ok(new) => new,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if new.token.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "token is missing");
+    }
+    shared.mutate(|s| s.add_api_token(&new.token, &new.scopes));
     (StatusCode::CREATED, Json(json!({ "token": new.token }))).into_response()
 }
 

@@ -73,7 +73,9 @@ impl Shared {
     pub fn mutate<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let result = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut state)
+            let result = f(&mut state);
+            state.stamp_times(std::time::SystemTime::now());
+            result
         };
         self.changed
             .send_modify(|generation| *generation = generation.wrapping_add(1));

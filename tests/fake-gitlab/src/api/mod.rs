@@ -3,6 +3,7 @@
 mod artifacts;
 mod jobs;
 mod params;
+mod rest;
 mod runners;
 mod trace;
 
@@ -46,6 +47,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
             "/api/v4/runners/router/discovery",
             get(runners::router_discovery),
         )
+        .route("/api/v4/runners/{id}/jobs", get(rest::runner_jobs))
         .route("/api/v4/jobs/request", post(jobs::request))
         .route("/api/v4/jobs/{id}", put(jobs::update))
         .route("/api/v4/jobs/{id}/trace", patch(trace::append))

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::types::{
     CancelOutcome, EnqueuedJob, FaultId, FaultRule, JobBatch, JobSpec, JobStatus, JobView,
-    NewRunner, RunnerView, Stats, WaitFor,
+    NewApiToken, NewRunner, RunnerView, Stats, WaitFor,
 };
 
 /// Extra time the HTTP call gets beyond the server-side wait, so the `408` arrives first.
@@ -126,6 +126,18 @@ impl Client {
         };
         let _: serde_json::Value = self
             .post_json("/registration_tokens", &body, StatusCode::CREATED)
+            .await?;
+        Ok(())
+    }
+
+    /// `POST /control/api_tokens`: the REST API accepts `token` with `scopes` from now on.
+    pub async fn add_api_token(&self, token: &str, scopes: &[&str]) -> Result<(), ClientError> {
+        let body = NewApiToken {
+            token: token.to_owned(),
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let _: serde_json::Value = self
+            .post_json("/api_tokens", &body, StatusCode::CREATED)
             .await?;
         Ok(())
     }

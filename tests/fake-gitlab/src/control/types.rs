@@ -142,6 +142,14 @@ pub struct NewRunner {
     pub token: String,
 }
 
+/// Body of `POST /control/api_tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewApiToken {
+    pub token: String,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
 /// Answer to `POST /control/jobs/:id/cancel`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CancelOutcome {

@@ -4,6 +4,7 @@
 //! GitLab's background workers have a file each.
 
 mod artifacts;
+mod history;
 mod job;
 mod queue;
 mod registration;
@@ -19,6 +20,7 @@ use rand::distr::Alphanumeric;
 use crate::control::{JobStatus, JobView, RunnerView};
 
 pub(crate) use artifacts::{ArtifactAccess, UploadDecision, new_storage_key};
+pub(crate) use history::ApiRefusal;
 use job::Job;
 pub(crate) use job::{FAILURE_REASONS, JobUpdate, StoredArtifact, TraceReply, UpdateReply};
 pub(crate) use queue::JobRequest;
@@ -98,6 +100,12 @@ pub(crate) struct State {
     next_job_id: u64,
     next_pipeline_id: u64,
     rules: Rules,
+    /// API tokens (personal, group, project access tokens) and their scopes.
+    api_tokens: BTreeMap<String, BTreeSet<String>>,
+    /// Jobs' wall-clock times, for the REST API.
+    times: BTreeMap<u64, history::JobTimes>,
+    /// Jobs not finished yet, whose times may still change.
+    unsettled: BTreeSet<u64>,
 }
 
 fn random_alphanumeric(len: usize) -> String {
@@ -127,6 +135,9 @@ impl State {
             next_runner_id: 1,
             next_job_id: 1,
             next_pipeline_id: 1,
+            api_tokens: BTreeMap::new(),
+            times: BTreeMap::new(),
+            unsettled: BTreeSet::new(),
             rules,
         }
     }

@@ -123,6 +123,7 @@ impl State {
         self.job_ids_by_token.insert(token.clone(), id);
         self.jobs
             .insert(id, Job::new(id, token.clone(), spec, pipeline_id, sha, now));
+        self.unsettled.insert(id);
         if let Some(runner) = self.runners.get_mut(&runner_token) {
             runner.pending.insert(id);
         }
