@@ -264,7 +264,9 @@ mod tests {
     #[test]
     fn the_backoff_doubles_up_to_a_minute() {
         let mut backoff = FIRST_BACKOFF;
-        let waits: Vec<u64> = (0..8).map(|_| next_backoff(&mut backoff).as_secs()).collect();
+        let waits: Vec<u64> = (0..8)
+            .map(|_| next_backoff(&mut backoff).as_secs())
+            .collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
     }
 }
