@@ -21,14 +21,14 @@ impl Wanted {
         let (peak, pipelines, backlog) = match p.strategy {
             Strategy::Idle => (0, 0, 0),
             Strategy::Demand => (
-                forecast.peak_in_lead_time,
+                forecast.buffer(p.target_wait),
                 forecast.pipeline_jobs,
                 forecast.gitlab_backlog,
             ),
         };
         let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
-        // The slots held for recent arrivals and those for the next stages' jobs serve the same
-        // bursts: the arrivals the first forecast counts are the earlier stages' jobs, the very
+        // The slots held for recent rises and those for the next stages' jobs serve the same
+        // bursts: the rises the buffer is sized from are the earlier stages' jobs, the very
         // bursts pipelines bring. Added, each burst would be held for twice; the larger covers
         // the stages foreseen and the arrivals alike.
         let with_pipelines = forecast_total.max(waiting_jobs.saturating_add(pipelines));
