@@ -191,7 +191,7 @@ impl DemandTracker {
             .zip(&recent)
             .map(|(rise, &t)| (rise, window.saturating_sub(now.saturating_sub(t))))
             .collect();
-        let rises = Rises::from_samples(&weighed);
+        let rises = Rises::from_samples(&weighed, window);
         let surplus_grace = surplus_grace(lead_time, window);
         let need = self
             .in_use

@@ -17,8 +17,10 @@
 //! most `T` (the target) when that is at most 5 % at `w = T`: `q <= 0.05 / (1 - T / L)`; any
 //! share when `T >= L` (no job waits longer than a lead time; the pool then holds no buffer
 //! beyond its floors). So the buffer is the smallest `B` for which the recent jobs whose rise
-//! was `B` or more weigh at most `q` of all (each weighed down linearly with its age over the
-//! window, as recent demand says more of what comes next).
+//! was `B` or more weigh at most `q` of all. Each weighs `1 - age / window`: a job seen a
+//! moment ago describes what comes next, one a window old nothing, and in between it does with
+//! that chance, the rest of its weight going to jobs that do not come (which need no slot), so
+//! that once a burst ages with nothing after it, the slots held for its like fade with it.
 //!
 //! **The grid.** The shares are kept on a grid, so that the tracker, which does not know the
 //! target, can hand the planner the buffer of every share ([`Rises`] is `Copy`, a fixed array):
@@ -59,12 +61,14 @@ pub struct Rises {
 }
 
 impl Rises {
-    /// From `(rise, weight)` of each recent job.
-    pub fn from_samples(samples: &[(u32, u64)]) -> Self {
+    /// From `(rise, weight)` of each recent job, each weight at most `full` (a job that just
+    /// came). A job of weight `w` tells what the next jobs will meet with a chance of
+    /// `w / full`, and otherwise nothing: the rest of its weight is of jobs that do not come.
+    pub fn from_samples(samples: &[(u32, u64)], full: u64) -> Self {
         let mut sorted = samples.to_vec();
         // Highest rise first: the weight of rises at least `r` accumulates as `r` falls.
         sorted.sort_unstable_by_key(|&(rise, _)| std::cmp::Reverse(rise));
-        let total: u64 = sorted.iter().map(|&(_, w)| w).sum();
+        let total = full.saturating_mul(sorted.len() as u64);
         let mut buffers = [0; GRID];
         if total == 0 {
             return Self { buffers };
@@ -136,19 +140,23 @@ mod tests {
         let mut samples = vec![(0, 1); 90];
         samples.extend([(1, 1); 6]);
         samples.extend([(5, 1); 4]);
-        let r = Rises::from_samples(&samples);
+        let r = Rises::from_samples(&samples, 1);
         // 5 %: the four at 5 may wait, the six at 1 may not: 2 slots.
         assert_eq!(r.buffer_for(0.05), 2);
         // 10 %: all ten may wait: 1 slot (the ninety at 0 still need one).
         assert_eq!(r.buffer_for(0.1), 1);
         assert_eq!(r.buffer_for(1.0), 0);
-        assert_eq!(Rises::from_samples(&[]).buffer_for(0.05), 0);
+        assert_eq!(Rises::from_samples(&[], 1).buffer_for(0.05), 0);
+        // The same jobs at half their weight: half of each is of jobs that do not come, so
+        // half the share waits at each buffer: 5 % now lets the six at 1 wait (5 %).
+        let halved: Vec<(u32, u64)> = samples.iter().map(|&(r, _)| (r, 1)).collect();
+        assert_eq!(Rises::from_samples(&halved, 2).buffer_for(0.05), 1);
     }
 
     #[test]
     fn a_share_between_grid_steps_takes_the_stricter_step() {
         let samples: Vec<(u32, u64)> = (0..100).map(|r| (r, 1)).collect();
-        let r = Rises::from_samples(&samples);
+        let r = Rises::from_samples(&samples, 1);
         // 7 % lies between 5 % × 2^(1/4) = 5.9 % and 5 % × 2^(2/4) = 7.1 %: 5.9 % is taken.
         assert_eq!(r.buffer_for(0.07), r.buffer_for(0.0595));
         assert!(r.buffer_for(0.07) >= r.buffer_for(0.0708));

@@ -12,7 +12,7 @@ use crate::core::machine::MachineState as S;
 /// A forecast whose buffer comes from the rises `samples` met, as the tracker makes it.
 fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Forecast {
     Forecast {
-        rises: Rises::from_samples(samples),
+        rises: Rises::from_samples(samples, 600_000),
         gitlab_backlog: 0,
         pipeline_jobs,
         lead_time,
