@@ -226,11 +226,22 @@ fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
 pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
     forecast
         .buffer(target_wait)
-        .max(forecast.pipeline_jobs)
+        .max(forecast.foreseen_jobs(target_wait))
         .saturating_add(forecast.gitlab_backlog)
 }
 
 impl Forecast {
+    /// The pipelines' next-stage jobs held for under `target_wait`: all of them, unless the
+    /// target lets every job wait (it is a lead time or more: a job that finds no slot waits
+    /// no longer than that), in which case none, as no buffer is held then either.
+    pub fn foreseen_jobs(&self, target_wait: Millis) -> u32 {
+        if allowed_waiting_share(target_wait, self.lead_time) >= 1.0 {
+            0
+        } else {
+            self.pipeline_jobs
+        }
+    }
+
     /// The free slots that keep the p95 wait within `target_wait` ([`rise`]).
     pub fn buffer(&self, target_wait: Millis) -> u32 {
         self.rises
