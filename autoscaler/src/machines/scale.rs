@@ -96,7 +96,7 @@ impl PoolController {
             *forecast
         } else {
             Forecast {
-                rises: crate::core::demand::Rises::default(),
+                peak_in_lead_time: 0,
                 pipeline_jobs: 0,
                 gitlab_backlog: 0,
                 need_peak: 0,
