@@ -192,18 +192,11 @@ fn decide(
             ),
         );
     };
-    // Gone without a destroy from us: the provider lost it (or someone deleted it) behind the
-    // autoscaler's back, which the record and the failure metric must say.
-    let vanished = if k.state == MachineState::Destroying {
-        ""
-    } else {
-        "vanished at the provider: "
-    };
     match listed.iter().find(|l| l.provider_id == provider_id) {
         None if age >= policy.list_grace => {
             return event(
                 MachineEvent::ProviderGone,
-                format!("{vanished}the provider no longer lists it"),
+                format!("{}the provider no longer lists it", vanished(k.state)),
             );
         }
         None => {}
@@ -291,13 +284,17 @@ fn judge_listed_state(ours: MachineState, listed: ProviderState) -> Option<(Mach
     }
 }
 
+fn gone_reason(ours: MachineState) -> String {
+    format!("{}the provider reports it gone", vanished(ours))
+}
+
 /// Gone without a destroy from us: the provider lost it (or someone deleted it) behind the
 /// autoscaler's back, which the record and the failure metric must say.
-fn gone_reason(ours: MachineState) -> String {
+fn vanished(ours: MachineState) -> &'static str {
     if ours == MachineState::Destroying {
-        "the provider reports it gone".into()
+        ""
     } else {
-        "vanished at the provider: the provider reports it gone".into()
+        "vanished at the provider: "
     }
 }
 

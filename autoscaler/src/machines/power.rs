@@ -106,14 +106,7 @@ impl PoolMachines {
                 .map_err(|e| e.to_string()),
             // The reconcile pass sees it through to `stopped` (or fails it at the boot timeout).
             Ok(StopAnswer::Stopping) => Ok(()),
-            Ok(StopAnswer::Gone) => self
-                .apply(
-                    id,
-                    MachineEvent::ProviderGone,
-                    "vanished at the provider: stop found it gone",
-                )
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            Ok(StopAnswer::Gone) => self.found_gone(id, "stop"),
             Err(e) => {
                 self.provisioner_failed(source, &e, "stop");
                 Err(e.to_string())
@@ -134,19 +127,19 @@ impl PoolMachines {
             }
             // The reconcile pass sees it running (or fails it at the boot timeout).
             Ok(StartAnswer::Starting) => Ok(()),
-            Ok(StartAnswer::Gone) => self
-                .apply(
-                    id,
-                    MachineEvent::ProviderGone,
-                    "vanished at the provider: start found it gone",
-                )
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            Ok(StartAnswer::Gone) => self.found_gone(id, "start"),
             Err(e) => {
                 self.provisioner_failed(source, &e, "start");
                 Err(e.to_string())
             }
         }
+    }
+
+    fn found_gone(&self, id: &str, verb: &str) -> Result<(), String> {
+        let reason = format!("vanished at the provider: {verb} found it gone");
+        self.apply(id, MachineEvent::ProviderGone, &reason)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     fn with_provider_id(&self, id: &str) -> Result<(MachineRecord, String), String> {

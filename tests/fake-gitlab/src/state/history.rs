@@ -35,20 +35,25 @@ impl State {
             .insert(token.to_owned(), scopes.iter().cloned().collect());
     }
 
-    /// Stamps the times of the jobs whose state changed: created when first seen, started when
+    /// Stamps the times of the jobs whose state changed: created when enqueued, started when
     /// first seen running, finished when first seen final.
     pub fn stamp_times(&mut self, now: SystemTime) {
+        for id in self.fresh.drain(..) {
+            self.times.insert(
+                id,
+                JobTimes {
+                    created: now,
+                    started: None,
+                    finished: None,
+                },
+            );
+        }
         let mut settled = Vec::new();
         for &id in &self.unsettled {
-            let Some(job) = self.jobs.get(&id) else {
+            let (Some(job), Some(times)) = (self.jobs.get(&id), self.times.get_mut(&id)) else {
                 settled.push(id);
                 continue;
             };
-            let times = self.times.entry(id).or_insert(JobTimes {
-                created: now,
-                started: None,
-                finished: None,
-            });
             if job.running_since.is_some() && times.started.is_none() {
                 times.started = Some(now);
             }

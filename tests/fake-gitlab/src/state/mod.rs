@@ -104,7 +104,10 @@ pub(crate) struct State {
     api_tokens: BTreeMap<String, BTreeSet<String>>,
     /// Jobs' wall-clock times, for the REST API.
     times: BTreeMap<u64, history::JobTimes>,
-    /// Jobs not finished yet, whose times may still change.
+    /// Jobs enqueued since the last stamp, whose creation time is still to be written.
+    fresh: Vec<u64>,
+    /// Jobs handed to a runner and not finished, whose times may still change: only these are
+    /// looked at on every change (a queue of thousands of pending jobs is not).
     unsettled: BTreeSet<u64>,
 }
 
@@ -137,6 +140,7 @@ impl State {
             next_pipeline_id: 1,
             api_tokens: BTreeMap::new(),
             times: BTreeMap::new(),
+            fresh: Vec::new(),
             unsettled: BTreeSet::new(),
             rules,
         }

@@ -123,7 +123,7 @@ impl State {
         self.job_ids_by_token.insert(token.clone(), id);
         self.jobs
             .insert(id, Job::new(id, token.clone(), spec, pipeline_id, sha, now));
-        self.unsettled.insert(id);
+        self.fresh.push(id);
         if let Some(runner) = self.runners.get_mut(&runner_token) {
             runner.pending.insert(id);
         }
@@ -179,6 +179,7 @@ impl State {
             let ack_window = self.rules.ack_window.filter(|_| two_phase);
             job.hand_out(request.system_id.clone(), features, now, ack_window);
             let ack_deadline = job.ack_deadline;
+            self.unsettled.insert(id);
             let queue = QueueMetrics {
                 size: queue_size,
                 depth: depth.min(MAX_QUEUE_DEPTH),
