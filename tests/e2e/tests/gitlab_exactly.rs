@@ -102,7 +102,10 @@ async fn a_job_released_for_lack_of_a_machine_is_failed_by_gitlab_and_its_retry_
 {
     let r = rig(
         &["--two-phase-commit", "--ack-window", "4s"],
-        "max_machines = 1\nidle_time = \"60s\"\nacquire_timeout = \"8s\"",
+        // The create takes 12 s, longer than the first attempt is held (10 s); the retry is
+        // taken some 3 s later (the ack window) and held 10 s more, which leaves the machine
+        // (12 s, a reconcile pass and its injection) several seconds to spare on a busy host.
+        "max_machines = 1\nidle_time = \"60s\"\nacquire_timeout = \"10s\"",
         "",
         &[("CREATE_DELAY", "12")],
     )

@@ -41,8 +41,17 @@ async fn the_status_page_shows_the_machines_and_jobs_of_a_running_stack() -> Res
         r.wait_started(*id).await?;
     }
     std::fs::write(&refuse, "")?;
-    // A machine made ahead of the long jobs would take the third one: the operator destroys
-    // the idle ones (the page shows them gone).
+    // Machines made ahead of the long jobs finish their way up (creates from now on are
+    // refused, so a machine still `requested` stays so) ...
+    a.wait_machines(WITHIN, "machines on their way are up", |list| {
+        use MachineState::{Booting, Creating, Injecting};
+        !list
+            .iter()
+            .any(|m| matches!(m.state, Creating | Booting | Injecting))
+    })
+    .await?;
+    // ... and would take the third job: the operator destroys the idle ones (the page shows
+    // them gone).
     for m in a.machines().await? {
         if m.state == MachineState::Ready {
             let response = a

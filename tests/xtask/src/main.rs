@@ -1,8 +1,10 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `test`: a check that no file points outside the repository, formatting, lints, a build of
-//!   every binary, the check of `deploy/` (`deploy/check`), every test, the API fuzz run
-//!   (`tests/api-fuzz/run`), then a check that no process of a local machine outlived them (the
+//!   every binary, the check of `deploy/` (`deploy/check`), then every test binary, the cloud
+//!   tests (`tests/cloud/run`), the API fuzz run (`tests/api-fuzz/run`) and each chaos scenario,
+//!   side by side (`XTASK_TEST_JOBS` at a time; with cargo-nextest installed, one after the
+//!   other through nextest), then a check that no process of a local machine outlived them (the
 //!   command CI runs);
 //! - `demo`: a release build, then the demo (fake GitLab, autoscaler, sidecars, jobs, summary);
 //! - `chaos`: the chaos suite alone (kill -9, GitLab outage, dying machines, flaky provisioner);
@@ -18,8 +20,10 @@
 
 mod docs;
 mod leftovers;
+mod parallel;
 mod references;
 mod simulate;
+mod suite;
 
 use std::process::{Command, ExitCode};
 
@@ -190,22 +194,32 @@ fn test(extra: &[String]) -> Result<()> {
     // The unit, the user data and the sample configurations in deploy/, against the binary.
     run("bash", &["deploy/check"])?;
     let before = leftovers::before();
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     if has_cargo_subcommand("nextest") {
         let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
-        args.extend(&extra);
+        args.extend(extra.iter().map(String::as_str));
         run("cargo", &args)?;
+        run("bash", &["tests/cloud/run"])?;
+        run("bash", &["tests/api-fuzz/run"])?;
+        run_chaos(&[])?;
     } else {
-        let mut args = vec!["test", "--workspace", "--no-fail-fast"];
-        args.extend(&extra);
-        run("cargo", &args)?;
+        // Test binaries, chaos scenarios and the Python suites, side by side: most of them
+        // wait on real processes and timers, so one at a time left the cores idle.
+        let root = workspace_root()?;
+        let jobs = suite::jobs(&root, extra)?;
+        parallel::run_all(jobs, suite_slots(), &root.join("target/xtask-suite"))?;
     }
-    // The cloud provisioners against their emulators and recording stubs (pytest in a venv).
-    run("bash", &["tests/cloud/run"])?;
-    // schemathesis against a live autoscaler, held to api-spec/ (in a venv, about 90 s).
-    run("bash", &["tests/api-fuzz/run"])?;
-    run_chaos(&[])?;
     leftovers::check(&before)
+}
+
+/// How many of the suite's commands run at once: `XTASK_TEST_JOBS`, else one more than the
+/// cores (the commands mostly wait, and the end-to-end binaries run two tests each).
+fn suite_slots() -> usize {
+    std::env::var("XTASK_TEST_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, std::num::NonZero::get) + 1
+        })
 }
 
 fn chaos(extra: &[String]) -> Result<()> {

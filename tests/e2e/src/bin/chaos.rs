@@ -1,8 +1,9 @@
 //! The chaos suite: `cargo xtask chaos` (also run by `cargo xtask test`).
 //!
 //! Runs every scenario, prints its figures, and exits non-zero if any job, trace byte, artifact
-//! or machine was lost. `chaos [SCENARIO...] [--seed N]` runs a subset; scenarios: `crash`,
-//! `outage`, `machines`, `provisioner`.
+//! or machine was lost. `chaos [SCENARIO...] [--seed N] [--crash-rounds N]` runs a subset;
+//! scenarios: `crash` (two rounds, seeds N and N+1, unless told otherwise), `outage`,
+//! `machines`, `provisioner`.
 
 #![allow(clippy::print_stdout)]
 
@@ -18,11 +19,17 @@ async fn main() -> ExitCode {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(1);
+    let mut crash_rounds: u64 = 2;
     let mut chosen = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--seed" {
             seed = it.next().and_then(|s| s.parse().ok()).unwrap_or(seed);
+        } else if a == "--crash-rounds" {
+            crash_rounds = it
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(crash_rounds);
         } else {
             chosen.push(a.clone());
         }
@@ -31,7 +38,7 @@ async fn main() -> ExitCode {
     println!("Chaos suite (seed {seed}): real processes, failures injected, everything counted.\n");
     let mut results: Vec<(String, anyhow::Result<Figures>)> = Vec::new();
     if wants("crash") {
-        for round in 0..2 {
+        for round in 0..crash_rounds {
             let s = seed.wrapping_add(round);
             results.push(("crash".into(), chaos::crash_restarts(s, 100, 5).await));
             print_last(&results);
