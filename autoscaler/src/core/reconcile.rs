@@ -24,6 +24,11 @@ pub struct Known {
     /// older than what we did to it since (a start that has already brought it back, say), so
     /// the list's word on its state waits for the next pass.
     pub changed_after_list: bool,
+    /// Its create was asked by an earlier run of the autoscaler, which stopped before the
+    /// answer (a crash, a `kill -9`): nothing in this run waits for that call, so a list that
+    /// does not show a machine with its key settles it. A machine the call still makes later
+    /// is an orphan, handled as any other.
+    pub create_interrupted: bool,
 }
 
 /// The provider's view of one machine carrying our owner labels.
@@ -181,7 +186,20 @@ fn decide(
         })
     };
     let Some(provider_id) = k.provider_id.as_deref() else {
-        if bound.contains(&k.id) || age < policy.boot_timeout {
+        if bound.contains(&k.id) {
+            return None;
+        }
+        if k.create_interrupted {
+            // Waiting out `boot_timeout` here would hold the pool's room for machines that
+            // will never come: after a crash at `max_machines`, the pool made nothing for it.
+            return event(
+                MachineEvent::ProviderGone,
+                "its create was cut short by a restart of the autoscaler and the provider \
+                 lists no machine for it"
+                    .into(),
+            );
+        }
+        if age < policy.boot_timeout {
             return None;
         }
         return event(

@@ -83,6 +83,10 @@ pub struct PoolMachines {
     table: Mutex<BTreeMap<String, MachineRecord>>,
     changed: watch::Sender<u64>,
     timings: Mutex<PassTimings>,
+    /// Machines the store had as `requested` when the pool was loaded: their creates were
+    /// asked by an earlier run, which stopped before the answer (this run asks creates only
+    /// of machines it records itself).
+    interrupted_creates: std::collections::BTreeSet<String>,
     /// Called with a machine's id when it starts to boot (set by the pool's controller).
     on_booting: std::sync::OnceLock<BootingHook>,
 }
@@ -117,11 +121,16 @@ impl PoolMachines {
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<Self>, StoreError> {
-        let table = store
+        let table: BTreeMap<String, MachineRecord> = store
             .machines()?
             .into_iter()
             .filter(|m| m.pool == settings.pool)
             .map(|m| (m.id.clone(), m))
+            .collect();
+        let interrupted_creates = table
+            .values()
+            .filter(|m| m.state == MachineState::Requested)
+            .map(|m| m.id.clone())
             .collect();
         let now = clock.now();
         assert!(!sources.is_empty(), "a pool with machines has a source");
@@ -137,6 +146,7 @@ impl PoolMachines {
             changed: watch::Sender::new(0),
             on_booting: std::sync::OnceLock::new(),
             timings: Mutex::new(PassTimings::default()),
+            interrupted_creates,
         }))
     }
 
@@ -213,8 +223,6 @@ impl PoolMachines {
             .cloned()
     }
 
-    /// Whether the pool can have new machines: closed while any source's breaker is; else the
-    /// first source's state (when it reopens).
     /// The class of every machine with a sidecar, by its sidecar (`None`: no class recorded).
     pub fn classes_by_sidecar(
         &self,
@@ -225,6 +233,8 @@ impl PoolMachines {
             .collect()
     }
 
+    /// Whether the pool can have new machines: closed while any source's breaker is; else the
+    /// first source's state (when it reopens).
     pub fn breaker(&self) -> BreakerState {
         let now = self.clock.now();
         let states: Vec<BreakerState> = self.sources.iter().map(|s| s.breaker(now)).collect();

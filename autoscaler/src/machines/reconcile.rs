@@ -67,6 +67,8 @@ impl PoolMachines {
             .filter(|m| !m.state.is_gone())
             .filter(|m| m.source == source.name() || (first && m.source.is_empty()))
             .map(|m| Known {
+                create_interrupted: m.state == MachineState::Requested
+                    && self.interrupted_creates.contains(&m.id),
                 id: m.id,
                 state: m.state,
                 provider_id: m.provider_id,

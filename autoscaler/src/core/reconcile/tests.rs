@@ -22,6 +22,7 @@ fn known(
         since,
         next_attempt: 0,
         changed_after_list: false,
+        create_interrupted: false,
     }
 }
 
@@ -85,6 +86,31 @@ fn a_create_that_never_produced_anything_is_given_up() {
         plan(&k, &[], 600_000, &POLICY)
             .iter()
             .any(event("m1", MachineEvent::ProviderGone))
+    );
+}
+
+#[test]
+fn a_create_cut_short_by_a_restart_is_settled_by_the_first_list() {
+    let mut interrupted = known("m1", MachineState::Requested, None, 0, 0);
+    interrupted.create_interrupted = true;
+    // Listed by its key: the create did its work; the machine is bound as any other.
+    let found = plan(
+        std::slice::from_ref(&interrupted),
+        &[listed("p1", ProviderState::Running, Some("m1"))],
+        1_000,
+        &POLICY,
+    );
+    assert!(
+        found
+            .iter()
+            .any(|a| matches!(a, Action::Bind { machine, .. } if machine == "m1")),
+        "{found:?}"
+    );
+    // Not listed: gone at once, long before `boot_timeout`, so that its room is free again.
+    let lost = plan(std::slice::from_ref(&interrupted), &[], 1_000, &POLICY);
+    assert!(
+        lost.iter().any(event("m1", MachineEvent::ProviderGone)),
+        "{lost:?}"
     );
 }
 
