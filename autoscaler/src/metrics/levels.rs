@@ -2,8 +2,8 @@
 //! jobs by phase. Counting at scrape time keeps them exact (no gauge to keep in step with every
 //! transition) and costs one pass over machines and jobs per scrape.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -14,11 +14,10 @@ use crate::core::machine::MachineState;
 use crate::jobs::{Jobs, SidecarLoad};
 use crate::machines::PoolMachines;
 use crate::pools::Pool;
+use crate::store::MachineRecord;
 
-/// Every pool has one source and one class of machine today; the labels are there so that
-/// dashboards keep working when pools get several.
-const DEFAULT_SOURCE: &str = "default";
-const DEFAULT_CLASS: &str = "default";
+/// The `class` label of a machine of a pool without classes.
+const NO_CLASS: &str = "default";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MachineLabels {
@@ -43,6 +42,10 @@ struct PoolOnly {
     pool: String,
 }
 
+fn class_label(m: &MachineRecord) -> &str {
+    m.class.as_deref().unwrap_or(NO_CLASS)
+}
+
 /// Whether the sidecar `sidecar` holds a job (handed out or running).
 fn has_jobs(load: &Load, sidecar: Option<crate::core::SidecarId>) -> bool {
     sidecar
@@ -59,35 +62,88 @@ struct JobLabels {
 /// What the levels are counted from.
 #[derive(Debug)]
 pub struct Levels {
-    pub pools: Vec<Arc<Pool>>,
-    pub machines: HashMap<String, Arc<PoolMachines>>,
-    pub jobs: Arc<Jobs>,
+    pools: Vec<Arc<Pool>>,
+    machines: HashMap<String, Arc<PoolMachines>>,
+    jobs: Arc<Jobs>,
+    /// Every (pool, source, class) a machine was seen in: each keeps its series, at zero once
+    /// its machines are gone, so that a dashboard sees it empty rather than missing.
+    seen: Mutex<BTreeSet<(String, String, String)>>,
 }
 
 impl Levels {
+    pub fn new(
+        pools: Vec<Arc<Pool>>,
+        machines: HashMap<String, Arc<PoolMachines>>,
+        jobs: Arc<Jobs>,
+    ) -> Self {
+        Self {
+            pools,
+            machines,
+            jobs,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The (source, class) series of `pool` to show: every one a machine was seen in, or the
+    /// first source with no class before any machine was made.
+    fn series(
+        &self,
+        pool: &str,
+        machines: &PoolMachines,
+        records: &[MachineRecord],
+    ) -> Vec<(String, String)> {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for m in records {
+            seen.insert((
+                pool.to_string(),
+                m.source.clone(),
+                class_label(m).to_string(),
+            ));
+        }
+        let mut series: Vec<(String, String)> = seen
+            .iter()
+            .filter(|(p, _, _)| p == pool)
+            .map(|(_, source, class)| (source.clone(), class.clone()))
+            .collect();
+        if series.is_empty()
+            && let Some(first) = machines.source_names().into_iter().next()
+        {
+            series.push((first, NO_CLASS.to_string()));
+        }
+        series
+    }
+
     /// Machines by state, except that a draining machine still running jobs counts as `busy`:
     /// with `max_use_count = 1` every machine drains from its first job on, and a utilisation
     /// panel must see it busy. That it retires is [`Levels::retiring`].
     fn machines(&self, load: &Load) -> Family<MachineLabels, Gauge> {
         let family = Family::<MachineLabels, Gauge>::default();
         for (pool, machines) in &self.machines {
-            let labels = |state: MachineState| MachineLabels {
+            let records = machines.snapshot();
+            let labels = |source: &str, class: &str, state: MachineState| MachineLabels {
                 pool: pool.clone(),
-                source: DEFAULT_SOURCE.into(),
-                class: DEFAULT_CLASS.into(),
+                source: source.into(),
+                class: class.into(),
                 state: state.name().into(),
             };
             // Every live state, zeros included, so that a dashboard sees a pool go to zero.
-            for state in MachineState::ALL.into_iter().filter(|s| !s.is_gone()) {
-                let _ = family.get_or_create(&labels(state));
+            for (source, class) in self.series(pool, machines, &records) {
+                for state in MachineState::ALL.into_iter().filter(|s| !s.is_gone()) {
+                    let _ = family.get_or_create(&labels(&source, &class, state));
+                }
             }
-            for m in machines.snapshot().iter().filter(|m| !m.state.is_gone()) {
+            for m in records.iter().filter(|m| !m.state.is_gone()) {
                 let shown = if m.state == MachineState::Draining && has_jobs(load, m.sidecar) {
                     MachineState::Busy
                 } else {
                     m.state
                 };
-                family.get_or_create(&labels(shown)).inc();
+                family
+                    .get_or_create(&labels(&m.source, class_label(m), shown))
+                    .inc();
             }
         }
         family

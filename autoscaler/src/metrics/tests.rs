@@ -36,11 +36,11 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     let store: std::sync::Arc<dyn crate::store::Store> =
         std::sync::Arc::new(crate::store::MemoryStore::new());
     let clock = std::sync::Arc::new(crate::clock::ManualClock::new(0));
-    metrics.register_levels(Levels {
-        pools: Vec::new(),
-        machines: std::collections::HashMap::new(),
-        jobs: std::sync::Arc::new(crate::jobs::Jobs::load(store, clock).unwrap()),
-    });
+    metrics.register_levels(Levels::new(
+        Vec::new(),
+        std::collections::HashMap::new(),
+        std::sync::Arc::new(crate::jobs::Jobs::load(store, clock).unwrap()),
+    ));
     let text = metrics.encode();
     assert!(text.contains("autoscaler_scale_actions_total{pool=\"linux\",action=\"create\",reason=\"waiting_jobs\"} 2"), "{text}");
     assert!(text.contains("autoscaler_provisioner_call_seconds_count{pool=\"linux\",verb=\"create\",exit=\"ok\"} 1"), "{text}");

@@ -263,11 +263,11 @@ pub async fn run_with(
         .with_metrics(metrics.clone())
         .with_sidecar_binaries(sidecar_binaries),
     );
-    metrics.register_levels(Levels {
-        pools: pools.clone(),
-        machines: app.machines.clone(),
-        jobs: jobs.clone(),
-    });
+    metrics.register_levels(Levels::new(
+        pools.clone(),
+        app.machines.clone(),
+        jobs.clone(),
+    ));
     let stop_server = CancellationToken::new();
     if let Some(listener) = admin_listener {
         let admin = Arc::new(Admin {

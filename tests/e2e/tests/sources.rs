@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::counting::WITHIN;
+use e2e::scrape::Scrape;
 use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec, repo_root};
 use fake_gitlab::control::{JobSpec, JobStatus, JobVariable};
 
@@ -87,6 +88,17 @@ async fn when_the_first_source_is_full_machines_come_from_the_next() -> Result<(
         machines.iter().all(|m| !m.state.is_gone()),
         "neither source destroyed the other's machine as an orphan: {machines:?}"
     );
+    // The metrics say where the machines came from.
+    let scrape = Scrape::get(&autoscaler).await?;
+    for source in ["onprem", "cloud"] {
+        let labels = [("pool", "local"), ("source", source), ("class", "default")];
+        let n = scrape.sum("autoscaler_machines", &labels);
+        ensure!(
+            n == 1.0,
+            "{source}: {n} machines in the metrics\n{}",
+            scrape.text
+        );
+    }
     Ok(())
 }
 
@@ -113,7 +125,7 @@ async fn a_job_runs_on_the_class_it_names_and_an_unknown_class_fails_at_once() -
         source("large-vms", &large_log),
     );
     gitlab.add_runner(&pool.upstream_token).await?;
-    let _autoscaler = Autoscaler::start_with(
+    let autoscaler = Autoscaler::start_with(
         &dir.path().join("autoscaler"),
         &gitlab.url,
         std::slice::from_ref(&pool),
@@ -133,6 +145,15 @@ async fn a_job_runs_on_the_class_it_names_and_an_unknown_class_fails_at_once() -
     ensure!(
         creates(&small_log)? == 0,
         "no small machine for a large job"
+    );
+    // The metrics name its class and source (it may be gone by now: idle machines go).
+    let scrape = Scrape::get(&autoscaler).await?;
+    ensure!(
+        scrape.text.contains(
+            "autoscaler_machines{pool=\"local\",source=\"large-vms\",class=\"large\",state=\"ready\"}"
+        ),
+        "machines by source and class:\n{}",
+        scrape.text
     );
 
     let mut gpu = JobSpec::new(&pool.upstream_token, &["echo never"]);
