@@ -50,7 +50,7 @@ pub async fn replay(
     for job in jobs {
         tokio::time::sleep_until(start + job.after).await;
         let script = [
-            format!("echo \"{START_MARK} $(date +%s%3N)\""),
+            start_mark_line(),
             format!("sleep {:.3}", job.runs_for.as_secs_f64()),
         ];
         let script: Vec<&str> = script.iter().map(String::as_str).collect();
@@ -78,8 +78,13 @@ pub async fn replay(
     Ok(replayed)
 }
 
+/// The script line that prints when the job started on its machine, for [`started_at`].
+pub fn start_mark_line() -> String {
+    format!("echo \"{START_MARK} $(date +%s%3N)\"")
+}
+
 /// The start time a job printed: its output line (not the echoed command) `START_MARK <ms>`.
-fn started_at(trace: &str) -> Result<u64> {
+pub fn started_at(trace: &str) -> Result<u64> {
     for line in trace.lines() {
         if let Some(rest) = line.trim_start().strip_prefix(START_MARK)
             && let Ok(ms) = rest.trim().parse()

@@ -19,9 +19,9 @@ use serde_json::json;
 
 pub use client::{Client, ClientError};
 pub use types::{
-    ArtifactSpec, ArtifactView, CancelOutcome, EnqueuedJob, FaultAction, FaultId, FaultRule,
-    JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewApiToken, NewRunner, RunnerView, Stats,
-    WaitFor,
+    ArtifactSpec, ArtifactView, CancelOutcome, CreatedPipeline, EnqueuedJob, FaultAction, FaultId,
+    FaultRule, JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewApiToken, NewPipeline,
+    NewRunner, RunnerView, Stats, WaitFor,
 };
 
 use crate::api::file_response;
@@ -39,6 +39,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/control/runners/{token}/orphaned", post(set_orphaned))
         .route("/control/jobs", post(enqueue).get(list_jobs))
         .route("/control/jobs/batch", post(enqueue_batch))
+        .route("/control/pipelines", post(create_pipeline))
         .route("/control/jobs/{id}", get(job))
         .route("/control/jobs/{id}/trace", get(trace))
         .route(
@@ -191,6 +192,23 @@ async fn enqueue(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         Ok(job) => {
             tracing::info!(job.id = job.id, "job enqueued");
             (StatusCode::CREATED, Json(job)).into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// `POST /control/pipelines` `{"stages": [[JobSpec, ...], ...]}`: a pipeline run by stages as
+/// GitLab runs them (the first stage pending, the next ones `created` until the one before
+/// succeeds, skipped if it fails).
+async fn create_pipeline(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let new: NewPipeline = match parse(&body) {
+        Ok(new) => new,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match shared.mutate(|s| s.create_pipeline(new.stages, Instant::now())) {
+        Ok((id, stages)) => {
+            tracing::info!(pipeline.id = id, stages = stages.len(), "pipeline created");
+            (StatusCode::CREATED, Json(CreatedPipeline { id, stages })).into_response()
         }
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }

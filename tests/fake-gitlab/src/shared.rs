@@ -74,6 +74,8 @@ impl Shared {
         let result = {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let result = f(&mut state);
+            // A change may end a pipeline's stage: its next stage's jobs become pending now.
+            state.advance_pipelines(std::time::Instant::now());
             state.stamp_times(std::time::SystemTime::now());
             result
         };

@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::types::{
-    CancelOutcome, EnqueuedJob, FaultId, FaultRule, JobBatch, JobSpec, JobStatus, JobView,
-    NewApiToken, NewRunner, RunnerView, Stats, WaitFor,
+    CancelOutcome, CreatedPipeline, EnqueuedJob, FaultId, FaultRule, JobBatch, JobSpec, JobStatus,
+    JobView, NewApiToken, NewPipeline, NewRunner, RunnerView, Stats, WaitFor,
 };
 
 /// Extra time the HTTP call gets beyond the server-side wait, so the `408` arrives first.
@@ -196,6 +196,15 @@ impl Client {
             count,
         };
         self.post_json("/jobs/batch", &batch, StatusCode::CREATED)
+            .await
+    }
+
+    /// `POST /control/pipelines`: a pipeline of `stages`, run by stages as GitLab does.
+    pub async fn create_pipeline(
+        &self,
+        stages: Vec<Vec<JobSpec>>,
+    ) -> Result<CreatedPipeline, ClientError> {
+        self.post_json("/pipelines", &NewPipeline { stages }, StatusCode::CREATED)
             .await
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use job_spec::{ArtifactSpec, JobBatch, JobSpec, JobVariable};
+pub use job_spec::{ArtifactSpec, CreatedPipeline, JobBatch, JobSpec, JobVariable, NewPipeline};
 
 /// Answer to `POST /control/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +26,8 @@ pub struct EnqueuedJob {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// In a pipeline, waiting for the stages before its own to end (GitLab's `created`).
+    Created,
     Pending,
     WaitingForAck,
     Running,
@@ -33,31 +35,38 @@ pub enum JobStatus {
     Canceled,
     Success,
     Failed,
+    /// Never ran: a stage before its own did not succeed (GitLab's `skipped`).
+    Skipped,
 }
 
 impl JobStatus {
-    /// `success`, `failed` or `canceled`: nothing changes any more.
+    /// `success`, `failed`, `canceled` or `skipped`: nothing changes any more.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            JobStatus::Success | JobStatus::Failed | JobStatus::Canceled
+            JobStatus::Success | JobStatus::Failed | JobStatus::Canceled | JobStatus::Skipped
         )
     }
 
     /// `running` or any state a running job can reach.
     pub fn is_running_or_later(self) -> bool {
-        !matches!(self, JobStatus::Pending | JobStatus::WaitingForAck)
+        !matches!(
+            self,
+            JobStatus::Created | JobStatus::Pending | JobStatus::WaitingForAck
+        )
     }
 
     /// The value GitLab puts in the `Job-Status` header.
     pub fn as_gitlab_str(self) -> &'static str {
         match self {
+            JobStatus::Created => "created",
             JobStatus::Pending | JobStatus::WaitingForAck => "pending",
             JobStatus::Running => "running",
             JobStatus::Canceling => "canceling",
             JobStatus::Canceled => "canceled",
             JobStatus::Success => "success",
             JobStatus::Failed => "failed",
+            JobStatus::Skipped => "skipped",
         }
     }
 

@@ -9,10 +9,12 @@ use serde_json::{Value, json};
 
 use super::State;
 
-/// When a job was created, started running and finished, as GitLab records them.
+/// When a job was created, became pending (a later stage's job waits `created` first: GitLab's
+/// `queued_at`), started running and finished, as GitLab records them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct JobTimes {
     created: SystemTime,
+    queued: Option<SystemTime>,
     started: Option<SystemTime>,
     finished: Option<SystemTime>,
 }
@@ -35,18 +37,24 @@ impl State {
             .insert(token.to_owned(), scopes.iter().cloned().collect());
     }
 
-    /// Stamps the times of the jobs whose state changed: created when enqueued, started when
-    /// first seen running, finished when first seen final.
+    /// Stamps the times of the jobs whose state changed: created when enqueued, queued when
+    /// made pending, started when first seen running, finished when first seen final.
     pub fn stamp_times(&mut self, now: SystemTime) {
         for id in self.fresh.drain(..) {
             self.times.insert(
                 id,
                 JobTimes {
                     created: now,
+                    queued: None,
                     started: None,
                     finished: None,
                 },
             );
+        }
+        for id in self.newly_pending.drain(..) {
+            if let Some(times) = self.times.get_mut(&id) {
+                times.queued = Some(now);
+            }
         }
         let mut settled = Vec::new();
         for &id in &self.unsettled {
@@ -96,6 +104,7 @@ impl State {
         let job = &self.jobs[&id];
         let times = self.times.get(&id);
         let created = times.map(|t| t.created);
+        let queued = times.and_then(|t| t.queued);
         let started = times.and_then(|t| t.started);
         let finished = times.and_then(|t| t.finished);
         let seconds = |from: Option<SystemTime>, to: Option<SystemTime>| match (from, to) {
@@ -116,7 +125,8 @@ impl State {
             "finished_at": finished.map(rfc3339),
             "erased_at": null,
             "duration": seconds(started, finished),
-            "queued_duration": seconds(created, started),
+            // From pending to running, as GitLab's `queued_duration` (`started_at - queued_at`).
+            "queued_duration": seconds(queued, started),
             "failure_reason": job.failure_reason,
             "pipeline": {
                 "id": job.pipeline_id,

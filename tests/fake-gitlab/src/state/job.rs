@@ -192,7 +192,8 @@ impl Job {
             JobStatus::Running if !force && self.has_feature("cancel_gracefully") => {
                 JobStatus::Canceling
             }
-            JobStatus::Pending
+            JobStatus::Created
+            | JobStatus::Pending
             | JobStatus::WaitingForAck
             | JobStatus::Running
             | JobStatus::Canceling => JobStatus::Canceled,

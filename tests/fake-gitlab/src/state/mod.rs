@@ -6,6 +6,7 @@
 mod artifacts;
 mod history;
 mod job;
+mod pipelines;
 mod queue;
 mod registration;
 mod runners;
@@ -106,6 +107,10 @@ pub(crate) struct State {
     times: BTreeMap<u64, history::JobTimes>,
     /// Jobs enqueued since the last stamp, whose creation time is still to be written.
     fresh: Vec<u64>,
+    /// Jobs made pending since the last stamp, whose `queued_at` is still to be written.
+    newly_pending: Vec<u64>,
+    /// Pipelines whose later stages are still to run.
+    pipelines: BTreeMap<u64, pipelines::Pipeline>,
     /// Jobs handed to a runner and not finished, whose times may still change: only these are
     /// looked at on every change (a queue of thousands of pending jobs is not).
     unsettled: BTreeSet<u64>,
@@ -141,7 +146,9 @@ impl State {
             api_tokens: BTreeMap::new(),
             times: BTreeMap::new(),
             fresh: Vec::new(),
+            newly_pending: Vec::new(),
             unsettled: BTreeSet::new(),
+            pipelines: BTreeMap::new(),
             rules,
         }
     }

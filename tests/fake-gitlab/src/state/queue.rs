@@ -53,6 +53,8 @@ pub(crate) enum EnqueueError {
     MissingScript,
     #[error("dependency {0} is not a known job")]
     UnknownDependency(u64),
+    #[error("a pipeline needs at least one stage, and every stage at least one job")]
+    EmptyStage,
 }
 
 /// GitLab examines at most this many queued builds per request (`MAX_QUEUE_DEPTH`).
@@ -80,6 +82,12 @@ impl State {
 
     /// Queues a job for its runner token and wakes that queue's long polls.
     pub fn enqueue(&mut self, spec: JobSpec, now: Instant) -> Result<EnqueuedJob, EnqueueError> {
+        self.check_spec(&spec)?;
+        Ok(self.insert_job(spec, now))
+    }
+
+    /// What `enqueue` refuses.
+    pub(super) fn check_spec(&self, spec: &JobSpec) -> Result<(), EnqueueError> {
         if spec.runner_token.is_empty() {
             return Err(EnqueueError::MissingRunnerToken);
         }
@@ -96,11 +104,18 @@ impl State {
         {
             return Err(EnqueueError::UnknownDependency(unknown));
         }
-        Ok(self.insert_job(spec, now))
+        Ok(())
     }
 
     /// Creates a pending job (new id and token) and wakes its queue's long polls.
     pub(super) fn insert_job(&mut self, spec: JobSpec, now: Instant) -> EnqueuedJob {
+        let created = self.insert_created_job(spec, now);
+        self.make_pending(created.id, now);
+        created
+    }
+
+    /// Creates a job in `created`, not yet in its runner's queue (a later stage's).
+    pub(super) fn insert_created_job(&mut self, spec: JobSpec, now: Instant) -> EnqueuedJob {
         let pipeline_id = match spec.pipeline_id {
             Some(id) => id,
             None => match spec.dependencies.first().and_then(|id| self.jobs.get(id)) {
@@ -119,16 +134,27 @@ impl State {
         self.next_job_id += 1;
         // GitLab job tokens start `glcbt-` (runner-protocol.md §3.4) so runners mask them.
         let token = format!("glcbt-{}", random_alphanumeric(24));
-        let runner_token = spec.runner_token.clone();
         self.job_ids_by_token.insert(token.clone(), id);
-        self.jobs
-            .insert(id, Job::new(id, token.clone(), spec, pipeline_id, sha, now));
+        let mut job = Job::new(id, token.clone(), spec, pipeline_id, sha, now);
+        job.status = JobStatus::Created;
+        self.jobs.insert(id, job);
         self.fresh.push(id);
+        EnqueuedJob { id, token }
+    }
+
+    /// A created job becomes pending: into its runner's queue, whose long polls wake.
+    pub(super) fn make_pending(&mut self, id: u64, now: Instant) {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        job.status = JobStatus::Pending;
+        job.queued_at = now;
+        self.newly_pending.push(id);
+        let runner_token = job.spec.runner_token.clone();
         if let Some(runner) = self.runners.get_mut(&runner_token) {
             runner.pending.insert(id);
         }
         self.tick_queue(&runner_token);
-        EnqueuedJob { id, token }
     }
 
     /// Counts a job request and remembers its `system_id` and `info`. `None` for an unknown

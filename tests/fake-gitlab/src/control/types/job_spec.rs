@@ -154,3 +154,17 @@ pub struct JobBatch {
     pub spec: JobSpec,
     pub count: u32,
 }
+
+/// `POST /control/pipelines`: a pipeline's jobs, stage by stage (each spec's `stage` names
+/// its stage; `pipeline_id` is given by the fake).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewPipeline {
+    pub stages: Vec<Vec<JobSpec>>,
+}
+
+/// The answer to `POST /control/pipelines`: the pipeline's id and its jobs, stage by stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedPipeline {
+    pub id: u64,
+    pub stages: Vec<Vec<super::EnqueuedJob>>,
+}
