@@ -96,7 +96,7 @@ impl PoolController {
             *forecast
         } else {
             Forecast {
-                peak_in_lead_time: 0,
+                rises: crate::core::demand::Rises::default(),
                 pipeline_jobs: 0,
                 gitlab_backlog: 0,
                 need_peak: 0,
