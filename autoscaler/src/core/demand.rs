@@ -17,8 +17,10 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::Millis;
+pub use by_class::{ClassDemand, ClassPass};
 pub use rise::{Rises, allowed_waiting_share};
 
+mod by_class;
 mod history;
 mod rise;
 
