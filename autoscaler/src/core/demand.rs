@@ -54,10 +54,14 @@ pub struct Forecast {
     pub lead_time: Millis,
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
-    /// The most job slots in use (running or waiting) during the last `surplus_grace`: capacity
-    /// goes only once it has not been used for that long, so that demand that rises and falls
-    /// within the grace does not release a machine only to make one again (churn).
-    pub need_peak: u32,
+    /// The most job slots needed (in use, running or waiting, plus the buffer) during the last
+    /// `surplus_grace`, at each share of the grid ([`Forecast::recent_need`]): capacity goes
+    /// only once it has not been needed for that long, so that demand that rises and falls
+    /// within the grace does not release a machine only to make one again (churn). The buffer
+    /// counts too: as recent jobs age, their weights cross the target's share and back (once per
+    /// gap between jobs under steady demand), and a buffer that dips for a pass must not release
+    /// the machine it asks for again at the next.
+    pub need_peak: Rises,
     /// The most job slots needed (in use, plus the strictest buffer and GitLab's queue) over the
     /// whole window (the pool's `idle_time`, at most [`MAX_WINDOW`]): the peak a warm pool's
     /// stopped machines are kept for, since a stopped machine costs only its disk and can wait
@@ -82,6 +86,8 @@ pub struct DemandTracker {
     needs: VecDeque<(Millis, u32)>,
     /// Slots in use at each forecast (each pass): the rises are read from it.
     in_use_at: history::InUseHistory,
+    /// Slots in use plus the buffer at each share, from each pass on: what the grace keeps.
+    needed: history::NeedHistory,
 }
 
 /// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
@@ -169,8 +175,8 @@ impl DemandTracker {
     }
 
     /// The forecast at `now` from the arrivals of the last `window` (older ones are dropped
-    /// once older than [`MAX_WINDOW`]). Records the slots in use now, for the rises and
-    /// `need_peak`.
+    /// once older than [`MAX_WINDOW`]). Records the slots in use and needed now, for the
+    /// rises and `need_peak`.
     pub fn forecast(&mut self, now: Millis, window: Millis) -> Forecast {
         let window = window.clamp(1, MAX_WINDOW);
         while self.arrivals.front().is_some_and(|&t| t + MAX_WINDOW < now) {
@@ -195,6 +201,7 @@ impl DemandTracker {
             .collect();
         let rises = Rises::from_samples(&weighed, window);
         let surplus_grace = surplus_grace(lead_time, window);
+        self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
             .saturating_add(rises.strictest())
@@ -206,7 +213,7 @@ impl DemandTracker {
             pipeline_jobs: 0,
             lead_time,
             surplus_grace,
-            need_peak: self.in_use_at.peak_since(now.saturating_sub(surplus_grace)),
+            need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
             window_peak: self.need_peak(now.saturating_sub(window)),
         }
     }
@@ -247,6 +254,12 @@ impl Forecast {
     /// The free slots that keep the p95 wait within `target_wait` ([`rise`]).
     pub fn buffer(&self, target_wait: Millis) -> u32 {
         self.rises
+            .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
+    }
+
+    /// The most slots needed during the grace under `target_wait`: in use plus its buffer.
+    pub fn recent_need(&self, target_wait: Millis) -> u32 {
+        self.need_peak
             .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
     }
 }

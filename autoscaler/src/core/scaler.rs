@@ -311,12 +311,12 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         ));
         return plan;
     }
-    // Demand-aware: slots needed at any time during the grace are kept, so that a pool whose
-    // demand rises and falls within the grace does not release a machine it soon makes again.
+    // Demand-aware: slots needed (in use plus the buffer) at any time during the grace are kept,
+    // so that demand or a buffer that rises and falls within it releases no machine to remake.
     // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
     let recently_needed = match p.strategy {
         Strategy::Idle => 0,
-        Strategy::Demand => forecast.need_peak.saturating_sub(
+        Strategy::Demand => forecast.recent_need(p.target_wait).saturating_sub(
             in_use.saturating_add(demand::wanted_free_slots(&forecast, p.target_wait)),
         ),
     };

@@ -91,7 +91,7 @@ impl PoolController {
                 rises: Rises::default(),
                 pipeline_jobs: 0,
                 gitlab_backlog: 0,
-                need_peak: 0,
+                need_peak: Rises::default(),
                 ..forecast
             };
         }

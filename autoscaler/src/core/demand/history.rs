@@ -1,8 +1,9 @@
-//! The slots in use at each pass, and the rise each recent job met ([`super::rise`]).
+//! The slots in use at each pass, and the rise each recent job met ([`super::rise`]); the
+//! slots needed at each pass, for what the grace keeps.
 
 use std::collections::VecDeque;
 
-use super::MAX_WINDOW;
+use super::{MAX_WINDOW, Rises};
 use crate::core::Millis;
 
 /// Slots in use (running and waiting) at each pass, oldest first.
@@ -33,19 +34,6 @@ impl InUseHistory {
         at.checked_sub(1).map(|i| self.passes[i])
     }
 
-    /// The most slots in use from `since` on (the pass in force at `since` included).
-    pub(super) fn peak_since(&self, since: Millis) -> u32 {
-        let first = self
-            .passes
-            .partition_point(|&(t, _)| t <= since)
-            .saturating_sub(1);
-        self.passes
-            .range(first..)
-            .map(|&(_, n)| n)
-            .max()
-            .unwrap_or(0)
-    }
-
     /// The rise each of `arrivals` (sorted, those of the window) met within `lead_time` before
     /// it, less the `foreseen` jobs of that span (the pipeline forecast holds slots for those):
     /// the slots in use at the last pass before it less those in use a lead time before it,
@@ -74,5 +62,37 @@ impl InUseHistory {
                 net.saturating_add(u32::try_from(ahead).unwrap_or(u32::MAX))
             })
             .collect()
+    }
+}
+
+/// The slots needed (in use plus the buffer, at every share of the grid) from each pass on,
+/// recorded when they change.
+#[derive(Debug, Clone, Default)]
+pub(super) struct NeedHistory {
+    changes: VecDeque<(Millis, Rises)>,
+}
+
+impl NeedHistory {
+    /// A pass at `now` needed `slots`. Changes older than the longest window are dropped, but
+    /// the last one before it, which still holds then.
+    pub(super) fn record(&mut self, now: Millis, slots: Rises) {
+        if self.changes.back().is_none_or(|(_, last)| *last != slots) {
+            self.changes.push_back((now, slots));
+        }
+        while self.changes.len() > 1 && self.changes[1].0 + MAX_WINDOW < now {
+            self.changes.pop_front();
+        }
+    }
+
+    /// The most slots needed at each share from `since` on (the change in force at `since`
+    /// included).
+    pub(super) fn peak_since(&self, since: Millis) -> Rises {
+        let first = self
+            .changes
+            .partition_point(|&(t, _)| t <= since)
+            .saturating_sub(1);
+        self.changes
+            .range(first..)
+            .fold(Rises::default(), |peak, (_, slots)| peak.max(slots))
     }
 }

@@ -100,6 +100,22 @@ impl Rises {
     pub fn strictest(&self) -> u32 {
         self.buffers[0]
     }
+
+    /// `slots` more at every share: the slots needed, those in use and the buffer held free.
+    pub(super) fn plus(mut self, slots: u32) -> Self {
+        for b in &mut self.buffers {
+            *b = b.saturating_add(slots);
+        }
+        self
+    }
+
+    /// The larger of the two at every share.
+    pub(super) fn max(mut self, other: &Self) -> Self {
+        for (b, o) in self.buffers.iter_mut().zip(other.buffers) {
+            *b = (*b).max(o);
+        }
+        self
+    }
 }
 
 /// The smallest `B` such that the jobs whose rise is `B` or more weigh at most `share` of

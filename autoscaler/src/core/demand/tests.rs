@@ -103,12 +103,30 @@ fn the_peak_need_covers_the_grace() {
     }
     // The grace is two lead times: the peak of 7 (10 s to 20 s) is held until 80 s.
     let f = t.forecast(40_000, 600_000);
-    assert_eq!((f.surplus_grace, f.need_peak), (60_000, 7));
+    assert_eq!((f.surplus_grace, f.recent_need(0)), (60_000, 7));
     // 3 were in use until 40 s: held until 100 s, then back to what is in use.
-    assert_eq!(t.forecast(95_000, 600_000).need_peak, 3);
-    assert_eq!(t.forecast(101_000, 600_000).need_peak, 1);
+    assert_eq!(t.forecast(95_000, 600_000).recent_need(0), 3);
+    assert_eq!(t.forecast(101_000, 600_000).recent_need(0), 1);
     // The grace never exceeds the window (idle_time).
     assert_eq!(t.forecast(80_000, 10_000).surplus_grace, 10_000);
+}
+
+#[test]
+fn a_buffer_that_falls_is_still_needed_through_the_grace() {
+    let mut t = DemandTracker::default();
+    t.machine_ready(30_000);
+    // One job at 10 s on an idle pool, done at once: a slot is held for its like while it is
+    // recent (a 60 s window here).
+    pass(&mut t, 0, 0, 0);
+    t.job_arrived(10_000, None);
+    t.observe_in_use(0);
+    assert_eq!(t.forecast(20_000, 60_000).buffer(0), 1);
+    // Out of the window at 70 s, it asks for nothing; what it asked for is still needed for the
+    // grace (two lead times, 60 s), so that a buffer that dips for a pass releases nothing.
+    t.forecast(70_000, 60_000);
+    let f = t.forecast(75_000, 60_000);
+    assert_eq!((f.buffer(0), f.recent_need(0)), (0, 1));
+    assert_eq!(t.forecast(131_000, 60_000).recent_need(0), 0);
 }
 
 #[test]

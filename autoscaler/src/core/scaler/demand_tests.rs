@@ -32,7 +32,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         pipeline_jobs: 0,
         lead_time: 60_000,
         surplus_grace: 60_000,
-        need_peak: 0,
+        need_peak: crate::core::demand::Rises::default(),
         window_peak: 0,
     }
 }
@@ -129,7 +129,7 @@ fn an_idle_machine_the_forecast_does_not_need_goes_after_the_lead_time() {
     assert!(quiet.destroy.iter().all(|r| r.id != "busy"));
     // Slots needed a moment ago are kept (the busy machine and one more were needed).
     let recent = Forecast {
-        need_peak: 2,
+        need_peak: crate::core::demand::Rises::flat(2),
         ..forecast(0, 0)
     };
     assert_eq!(run(&fleet, 0, &DEMAND, recent, 200_000).destroy.len(), 1);

@@ -17,7 +17,7 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         pipeline_jobs,
         lead_time,
         surplus_grace: 2 * lead_time,
-        need_peak: 0,
+        need_peak: Rises::default(),
         window_peak: 0,
     }
 }
