@@ -189,7 +189,7 @@ fn compare_scaling(out: &mut Comparison, at: &str, old: &ScalingConfig, new: &Sc
     compare!(out, at, ScalingConfig, old, new, live: [
         max_machines, idle_count, idle_time, max_use_count, max_age, scale_factor,
         scale_factor_limit, intake, hybrid_ahead, strategy, billing_period, acquire_timeout,
-        delete_on_shutdown, stopped_count, max_stopped,
+        delete_on_shutdown, target_wait, stopped_count, max_stopped,
     ], skip: [capacity_per_machine, strategy_chosen_by]);
     if old.capacity_per_machine != new.capacity_per_machine {
         out.restart(

@@ -57,6 +57,8 @@ pub struct ScalingConfig {
     /// Destroy the pool's machines when the autoscaler shuts down (default: keep them for the
     /// next start, so that running jobs continue).
     pub delete_on_shutdown: bool,
+    /// Demand-aware: the p95 wait asked for, from which the free slots held are sized.
+    pub target_wait: Duration,
     /// Warm pool: stopped machines kept at least (machines that keep their disk and start in a
     /// fraction of a boot).
     pub stopped_count: u32,
@@ -103,6 +105,7 @@ impl ScalingConfig {
             scale_factor_limit: self.scale_factor_limit,
             strategy: self.strategy,
             billing_period: self.billing_period.map_or(0, ms),
+            target_wait: ms(self.target_wait),
             stopped_count: self.stopped_count,
             max_stopped: self.max_stopped,
         }
@@ -127,6 +130,7 @@ impl Default for ScalingConfig {
             billing_period: None,
             acquire_timeout: Duration::from_secs(900),
             delete_on_shutdown: false,
+            target_wait: DEFAULT_TARGET_WAIT,
             stopped_count: 0,
             max_stopped: 0,
         }
@@ -134,6 +138,10 @@ impl Default for ScalingConfig {
 }
 
 const STRATEGY_BY_DEFAULT: &str = "the default";
+
+/// Half a typical cloud boot (30-90 s): most jobs start at once, and those that find no slot
+/// wait for a machine no longer than the boot they would have waited without any buffer.
+const DEFAULT_TARGET_WAIT: Duration = Duration::from_secs(30);
 
 /// `[pools.scaling]` and `[[pools.policy]]` of the pool (or policy file) `s`. Policy entries
 /// do not change the strategy: adding a schedule of floors to a demand-aware pool must not
@@ -208,6 +216,7 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         billing_period,
         acquire_timeout: read_acquire_timeout(&s, d.acquire_timeout),
         delete_on_shutdown: s.or("delete_on_shutdown", d.delete_on_shutdown),
+        target_wait: read_target_wait(&s, strategy, d.target_wait),
         stopped_count: s.or("stopped_count", d.stopped_count),
         max_stopped: s.or("max_stopped", d.max_stopped),
     };
@@ -216,6 +225,17 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
     }
     s.finish();
     scaling
+}
+
+fn read_target_wait(s: &Section<'_>, strategy: Strategy, default: Duration) -> Duration {
+    let target = duration_or(s, "target_wait", default);
+    if s.has("target_wait") && strategy != Strategy::Demand {
+        s.problem("target_wait", "only applies to strategy = \"demand\"");
+    }
+    if target > Duration::from_secs(3600) {
+        s.problem("target_wait", "must be at most 1h");
+    }
+    target
 }
 
 fn read_hybrid_ahead(s: &Section<'_>, intake: Intake, default: u32) -> u32 {
@@ -244,3 +264,7 @@ fn read_acquire_timeout(s: &Section<'_>, default: Duration) -> Duration {
     }
     timeout
 }
+
+#[cfg(test)]
+#[path = "target_wait_tests.rs"]
+mod target_wait_tests;

@@ -3,18 +3,26 @@
 //!
 //! A job that finds no free slot waits for a machine to be made, so the slots worth holding are
 //! those that jobs will ask for before a new machine could be ready. The tracker remembers
-//! recent arrivals and the pool's measured create-to-ready times; the forecast is the most jobs
-//! that arrived within one create-to-ready time (bursts and pipelines that fan out count as
-//! they came), each such peak weighed down linearly with its age until it counts for nothing
-//! after the window (the pool's `idle_time`: as long as taskscaler keeps an idle machine after
-//! its last job), plus the jobs GitLab said it still queues for this runner. As demand falls,
-//! the forecast falls with it, and with no demand it is zero.
+//! recent arrivals, the slots in use at each pass and the pool's measured create-to-ready
+//! times (the lead time). For each recent job it works out the *rise* it met: the slots taken,
+//! net of those freed, within one lead time before it ([`rise`]); the forecast hands the
+//! planner, for every share of jobs a wait target may let wait, the fewest free slots that
+//! leave no more than that share of those jobs without one. Jobs are weighed down linearly
+//! with their age until they count for nothing after the window (the pool's `idle_time`), so
+//! as demand falls the buffer falls with it, and with no demand it is zero. GitLab's reported
+//! queue comes on top.
 //!
 //! Pure: time comes in as an argument.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use super::Millis;
+pub use by_class::{ClassDemand, ClassPass};
+pub use rise::{Rises, allowed_waiting_share};
+
+mod by_class;
+mod history;
+mod rise;
 
 /// Arrivals kept, at most: the window is the pool's `idle_time`, bounded by this.
 pub const MAX_WINDOW: Millis = 60 * 60_000;
@@ -29,9 +37,10 @@ pub const DEFAULT_LEAD_TIME: Millis = 90_000;
 /// What the demand-aware policy knows about a pool's demand at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Forecast {
-    /// The most jobs that arrived within twice `lead_time` of another, weighed by age over
-    /// the window ([`weighed_peak`]).
-    pub peak_in_lead_time: u32,
+    /// The free slots each share of jobs allowed to wait asks for, from the rises recent jobs
+    /// met within one `lead_time` ([`rise`]); the planner picks the share its `target_wait`
+    /// allows.
+    pub rises: Rises,
     /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
     /// of the payload minus the job handed out), while that report is fresh.
     pub gitlab_backlog: u32,
@@ -40,21 +49,23 @@ pub struct Forecast {
     /// pipeline tracker: this tracker does not know pipelines.
     pub pipeline_jobs: u32,
     /// How long this pool takes from the create request to a machine that takes jobs (the
-    /// 90th percentile of the recent ones, so that a slow boot is planned for). The forecast
-    /// looks at arrivals within twice this: a job arriving while a machine is being made for
-    /// an earlier one needs its own.
+    /// 90th percentile of the recent ones, so that a slow boot is planned for): the span within
+    /// which a job can count only on the slots already held.
     pub lead_time: Millis,
-    /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]): longer
-    /// while jobs keep arriving.
+    /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
-    /// The most job slots needed (in use, running or waiting, plus the free slots forecast)
-    /// during the last `surplus_grace`: capacity goes only once it has not been needed for that
-    /// long, so that demand that rises and falls with each job or burst does not release a
-    /// machine only to make one again (churn).
-    pub need_peak: u32,
-    /// The most job slots needed over the whole window (the pool's `idle_time`, at most
-    /// [`MAX_WINDOW`]): the peak a warm pool's stopped machines are kept for, since a stopped
-    /// machine costs only its disk and can wait out a longer quiet spell than an idle one.
+    /// The most job slots needed (in use, running or waiting, plus the buffer) during the last
+    /// `surplus_grace`, at each share of the grid ([`Forecast::recent_need`]): capacity goes
+    /// only once it has not been needed for that long, so that demand that rises and falls
+    /// within the grace does not release a machine only to make one again (churn). The buffer
+    /// counts too: as recent jobs age, their weights cross the target's share and back (once per
+    /// gap between jobs under steady demand), and a buffer that dips for a pass must not release
+    /// the machine it asks for again at the next.
+    pub need_peak: Rises,
+    /// The most job slots needed (in use, plus the strictest buffer and GitLab's queue) over the
+    /// whole window (the pool's `idle_time`, at most [`MAX_WINDOW`]): the peak a warm pool's
+    /// stopped machines are kept for, since a stopped machine costs only its disk and can wait
+    /// out a longer quiet spell than an idle one.
     pub window_peak: u32,
 }
 
@@ -73,6 +84,10 @@ pub struct DemandTracker {
     in_use: u32,
     /// Slots needed (in use and forecast) from each instant on, recorded when they change.
     needs: VecDeque<(Millis, u32)>,
+    /// Slots in use at each forecast (each pass): the rises are read from it.
+    in_use_at: history::InUseHistory,
+    /// Slots in use plus the buffer at each share, from each pass on: what the grace keeps.
+    needed: history::NeedHistory,
 }
 
 /// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
@@ -160,7 +175,8 @@ impl DemandTracker {
     }
 
     /// The forecast at `now` from the arrivals of the last `window` (older ones are dropped
-    /// once older than [`MAX_WINDOW`]). Records the slots needed now, for `need_peak`.
+    /// once older than [`MAX_WINDOW`]). Records the slots in use and needed now, for the
+    /// rises and `need_peak`.
     pub fn forecast(&mut self, now: Millis, window: Millis) -> Forecast {
         let window = window.clamp(1, MAX_WINDOW);
         while self.arrivals.front().is_some_and(|&t| t + MAX_WINDOW < now) {
@@ -176,25 +192,28 @@ impl DemandTracker {
             Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
             _ => 0,
         };
-        let peak_in_lead_time = weighed_peak(&recent, lead_time * 2, now, window);
-        let still_coming = recent
-            .iter()
-            .chain(&self.foreseen)
-            .filter(|&&t| t + lead_time * 2 > now)
-            .count();
-        let surplus_grace = surplus_grace(lead_time, window, still_coming);
+        self.in_use_at.record(now, self.in_use);
+        let rises = self.in_use_at.rises(&recent, &self.foreseen, lead_time);
+        let weighed: Vec<(u32, u64)> = rises
+            .into_iter()
+            .zip(&recent)
+            .map(|(rise, &t)| (rise, window.saturating_sub(now.saturating_sub(t))))
+            .collect();
+        let rises = Rises::from_samples(&weighed, window);
+        let surplus_grace = surplus_grace(lead_time, window);
+        self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
-            .saturating_add(peak_in_lead_time)
+            .saturating_add(rises.strictest())
             .saturating_add(gitlab_backlog);
         self.record_need(now, need);
         Forecast {
-            peak_in_lead_time,
+            rises,
             gitlab_backlog,
             pipeline_jobs: 0,
             lead_time,
             surplus_grace,
-            need_peak: self.need_peak(now.saturating_sub(surplus_grace)),
+            need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
             window_peak: self.need_peak(now.saturating_sub(window)),
         }
     }
@@ -208,51 +227,54 @@ fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
     sorted.get(rank.checked_sub(1)?).copied()
 }
 
-/// The most arrivals within one `span` ending at an arrival, less that arrival (a lone job
-/// predicts no other), weighed by `1 - age / window` (age of that arrival) and rounded.
-/// `times` is sorted, all within `window`.
-fn weighed_peak(times: &[Millis], span: Millis, now: Millis, window: Millis) -> u32 {
-    let mut most: u64 = 0;
-    let mut start = 0;
-    for (end, &t) in times.iter().enumerate() {
-        // `start < end`: with a zero span (machines ready the instant they were made, as under
-        // a clock that does not move) every earlier arrival falls out, never the current one.
-        while start < end && times[start] + span <= t {
-            start += 1;
-        }
-        let count = (end - start) as u64;
-        let remaining = window.saturating_sub(now.saturating_sub(t));
-        most = most.max((count * remaining + window / 2) / window);
-    }
-    u32::try_from(most).unwrap_or(u32::MAX)
-}
-
-/// Free slots the forecast asks for, beyond the jobs already waiting in the pool.
-/// The arrivals' peak and the pipelines' next stages are the same bursts seen two ways: the
-/// larger of the two is held, not their sum.
-pub fn wanted_free_slots(forecast: &Forecast) -> u32 {
+/// Free slots the forecast asks for under a p95 target of `target_wait`, beyond the jobs
+/// already waiting in the pool: the buffer the target's share of waiting jobs asks for, or the
+/// jobs the pipelines' next stages bring, whichever is more (the arrivals' rises and the next
+/// stages are the same bursts seen two ways: the larger is held, not their sum), plus
+/// GitLab's reported queue.
+pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
     forecast
-        .peak_in_lead_time
-        .max(forecast.pipeline_jobs)
+        .buffer(target_wait)
+        .max(forecast.foreseen_jobs(target_wait))
         .saturating_add(forecast.gitlab_backlog)
 }
 
-/// Jobs that arrived within two lead times that lengthen the grace by one more base grace.
-const GRACE_JOBS: u64 = 8;
+impl Forecast {
+    /// The pipelines' next-stage jobs held for under `target_wait`: all of them, unless the
+    /// target lets every job wait (it is a lead time or more: a job that finds no slot waits
+    /// no longer than that), in which case none, as no buffer is held then either.
+    pub fn foreseen_jobs(&self, target_wait: Millis) -> u32 {
+        if allowed_waiting_share(target_wait, self.lead_time) >= 1.0 {
+            0
+        } else {
+            self.pipeline_jobs
+        }
+    }
 
-/// How long an idle machine the forecast does not need is kept. The base is twice the time a
-/// new one takes to make, at least 3 minutes (holding it longer costs more machine time than
-/// making it again; holding it shorter lets demand that comes in waves release a machine
-/// between waves). While jobs keep coming a released machine is soon made again, so the base
-/// grows by an eighth for each job that arrived within the last two lead times
-/// (`still_coming`); once arrivals stop (the tail of a burst, a quiet night) it is the base
-/// again. At most `idle_time`. While a machine is kept the slots needed meanwhile
-/// (`need_peak`) stay too.
-pub fn surplus_grace(lead_time: Millis, idle_time: Millis, still_coming: usize) -> Millis {
-    let base = lead_time.saturating_mul(2).max(180_000);
-    let coming = u64::try_from(still_coming).unwrap_or(u64::MAX);
-    base.saturating_add(base.saturating_mul(coming) / GRACE_JOBS)
-        .min(idle_time)
+    /// The free slots that keep the p95 wait within `target_wait` ([`rise`]).
+    pub fn buffer(&self, target_wait: Millis) -> u32 {
+        self.rises
+            .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
+    }
+
+    /// The most slots needed during the grace under `target_wait`: in use plus its buffer.
+    pub fn recent_need(&self, target_wait: Millis) -> u32 {
+        self.need_peak
+            .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
+    }
+}
+
+/// How long an idle machine the forecast does not need is kept: two lead times. Releasing it
+/// costs, if it turns out to be needed, a new machine's boot (one lead time of machine time)
+/// and the wait of the job that finds it missing (up to one lead time; a job's wait is priced
+/// as machine time, the one exchange rate the model assumes). Keeping it idle costs its idle
+/// time. Not knowing when it will be needed, keeping it until the idle time equals what
+/// releasing it would cost at worst, then releasing it, never pays more than twice the cost of
+/// knowing the future (the break-even rule of renting against buying). The buffer keeps the
+/// slots the target asks for whatever their idle time; this is only for machines beyond it.
+/// At most `idle_time`.
+pub fn surplus_grace(lead_time: Millis, idle_time: Millis) -> Millis {
+    lead_time.saturating_mul(2).min(idle_time)
 }
 
 /// Whether a machine created at `created_at` is in the last part of a paid period, where

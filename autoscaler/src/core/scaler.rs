@@ -9,11 +9,12 @@
 //! A machine running a job is never destroyed, and nothing is created while the pool's
 //! provisioner is paused.
 //!
-//! Under the demand-aware strategy (`core::demand`) the free slots held are the forecast's
-//! (never fewer than the idle target above), plus the jobs pipelines in flight will soon make
-//! pending (`core::pipelines`) and GitLab's reported queue, and an idle machine the forecast does not need
-//! goes once it has idled as long as a new machine takes to make (at most `idle_time`). With a
-//! `billing_period`, such a machine is kept until the end of the period already paid for.
+//! Under the demand-aware strategy (`core::demand`) the free slots held are the fewest that keep
+//! the recent jobs' p95 wait within `target_wait` (never fewer than the idle target above), or
+//! the jobs pipelines in flight will soon make pending (`core::pipelines`) when more, plus
+//! GitLab's reported queue; an idle machine the forecast does not need goes once it has idled
+//! as long as a new machine takes to make (at most `idle_time`). With a `billing_period`, such
+//! a machine is kept until the end of the period already paid for.
 //!
 //! A warm pool (`stopped_count`, `max_stopped`; off by default) keeps stopped machines, which
 //! cost only their disk and start in a fraction of a boot: see [`warm`] for its rules.
@@ -56,6 +57,9 @@ pub struct ScalePolicy {
     pub strategy: Strategy,
     /// Machines are paid for by this period from their creation (0: by the second).
     pub billing_period: Millis,
+    /// Demand-aware: the p95 wait asked for; the free slots held are the fewest that keep the
+    /// recent jobs' waits within it (`core::demand`).
+    pub target_wait: Millis,
     /// Warm pool: stopped machines to keep at least, whatever the demand (0: as demand says).
     pub stopped_count: u32,
     /// Warm pool: stopped machines to keep at most. With `stopped_count` also 0, no machine is
@@ -284,8 +288,9 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
     };
     if p.strategy == Strategy::Demand {
         plan.summary.push_str(&format!(
-            " (forecast {} in {} s, pipelines {}, GitLab queue {})",
-            forecast.peak_in_lead_time,
+            " (buffer {} for a p95 of {} s in a lead time of {} s, pipelines {}, GitLab queue {})",
+            forecast.buffer(p.target_wait),
+            p.target_wait / 1000,
             forecast.lead_time / 1000,
             forecast.pipeline_jobs,
             forecast.gitlab_backlog
@@ -306,14 +311,14 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         ));
         return plan;
     }
-    // Demand-aware: slots needed at any time during the grace are kept, so that a pool whose
-    // demand rises and falls within the grace does not release a machine it soon makes again.
+    // Demand-aware: slots needed (in use plus the buffer) at any time during the grace are kept,
+    // so that demand or a buffer that rises and falls within it releases no machine to remake.
     // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
     let recently_needed = match p.strategy {
         Strategy::Idle => 0,
-        Strategy::Demand => forecast
-            .need_peak
-            .saturating_sub(in_use.saturating_add(demand::wanted_free_slots(&forecast))),
+        Strategy::Demand => forecast.recent_need(p.target_wait).saturating_sub(
+            in_use.saturating_add(demand::wanted_free_slots(&forecast, p.target_wait)),
+        ),
     };
     let spare = (free - wanted_free).saturating_sub(recently_needed);
     let mut room = warm::StopRoom::new(input, &serving, &plan);
@@ -418,6 +423,8 @@ pub mod warm;
 mod demand_tests;
 #[cfg(test)]
 mod pipeline_tests;
+#[cfg(test)]
+mod target_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

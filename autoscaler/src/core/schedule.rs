@@ -166,6 +166,7 @@ mod tests {
             scale_factor_limit: 0,
             strategy: Strategy::Idle,
             billing_period: 0,
+            target_wait: 30_000,
             stopped_count: 0,
             max_stopped: 0,
         };

@@ -41,6 +41,9 @@ pub enum JobNews {
     /// GitLab handed the pool a job it can run.
     Arrived {
         arrival: Arrival,
+        /// The machine class the job routes to (`None`: the pool has no classes): only that
+        /// class's demand counts it.
+        class: Option<String>,
         pipeline: Option<PipelineJob>,
     },
     /// A sidecar started the job (its first call for it).
@@ -74,6 +77,7 @@ impl JobNews {
                 at: record.accepted_at,
                 queue_size,
             },
+            class: record.class.clone(),
             pipeline: PipelineJob::of(record),
         }
     }

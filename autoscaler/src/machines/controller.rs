@@ -13,7 +13,7 @@ use super::PoolMachines;
 use crate::config::PolicyCell;
 use crate::core::SidecarId;
 use crate::core::classes::Classes;
-use crate::core::demand::DemandTracker;
+use crate::core::demand::ClassDemand;
 use crate::core::machine::{MachineEvent, MachineState};
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
@@ -59,8 +59,9 @@ pub struct PoolController {
     tearing_down: Mutex<HashSet<String>>,
     /// Silent machines being probed over SSH.
     pub(super) probing: Mutex<HashSet<String>>,
-    /// Arrivals and create-to-ready times, for the demand-aware strategy.
-    pub(super) demand: Mutex<DemandTracker>,
+    /// Arrivals, slots in use and create-to-ready times of each machine class, for the
+    /// demand-aware strategy.
+    pub(super) demand: Mutex<ClassDemand>,
     /// The projects' pipeline shapes and pipelines in flight, for the pipeline forecast.
     pub(super) pipelines: Mutex<super::pipelines::PipelineLearning>,
     /// Where each executed plan is reported (metrics, the admin API's decisions).
@@ -107,7 +108,7 @@ impl PoolController {
             injecting: Mutex::new(HashSet::new()),
             tearing_down: Mutex::new(HashSet::new()),
             probing: Mutex::new(HashSet::new()),
-            demand: Mutex::new(DemandTracker::default()),
+            demand: Mutex::new(ClassDemand::default()),
             pipelines: Mutex::new(pipelines),
             decisions: std::sync::OnceLock::new(),
             warm_pool_refused: std::sync::atomic::AtomicBool::new(false),

@@ -4,7 +4,7 @@
 
 use super::controller::PoolController;
 use crate::core::Millis;
-use crate::core::demand::DemandTracker;
+use crate::core::demand::ClassDemand;
 use crate::core::pipelines::{PipelineTracker, StagedJob};
 use crate::jobs::JobNews;
 use crate::store::Store;
@@ -86,19 +86,20 @@ impl PipelineLearning {
 impl PoolController {
     /// Feeds this pass's job news to the demand forecast and the pipeline forecast: a job the
     /// pipeline forecast foresaw is no news to the arrivals' peak (slots were held for it).
-    pub(super) fn learn_from_jobs(&self, demand: &mut DemandTracker) {
+    /// Each arrival goes to the demand of the class the job routes to, and to no other.
+    pub(super) fn learn_from_jobs(&self, demand: &mut ClassDemand) {
         let mut learning = self.pipeline_learning();
         for news in self.jobs.take_news(self.pool()) {
             match news {
-                JobNews::Arrived { arrival, pipeline } => {
+                JobNews::Arrived {
+                    arrival,
+                    class,
+                    pipeline,
+                } => {
                     let foreseen = pipeline
                         .as_ref()
                         .is_some_and(|p| learning.tracker.foresees(p.staged()));
-                    if foreseen {
-                        demand.foreseen_job_arrived(arrival.at, arrival.queue_size);
-                    } else {
-                        demand.job_arrived(arrival.at, arrival.queue_size);
-                    }
+                    demand.job_arrived(class.as_deref(), arrival, foreseen);
                 }
                 JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
                 JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),

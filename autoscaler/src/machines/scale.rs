@@ -1,17 +1,20 @@
 //! The scaler's decisions (`core::scaler`), carried out: one plan per machine class (one for a
-//! pool without classes), each seeing only its class's machines and jobs.
+//! pool without classes), each seeing only its class's machines, jobs and demand.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use super::controller::PoolController;
 use super::policy::reason_code;
 use crate::core::Millis;
 use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
-use crate::core::demand::Forecast;
+use crate::core::demand::{ClassDemand, ClassPass, Forecast, Rises};
 use crate::core::machine::MachineEvent;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
+
+/// A class's machines whose create-to-ready time may be measured: (id, created at, takes jobs).
+type Measured<'a> = Vec<(&'a str, Millis, bool)>;
 
 impl PoolController {
     /// Plans and carries out the pool's scaling for this pass.
@@ -19,89 +22,96 @@ impl PoolController {
         let now = self.machines.now();
         let live = self.machines.live();
         let policy = self.without_impossible_warm_pool(self.policy_in_force(now));
-        let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
-        let mut waiting = self.jobs.waiting_by_class(self.pool());
-        let forecast = self.forecast(
-            &live,
-            running,
-            waiting.values().sum(),
-            policy.idle_time,
-            now,
-        );
-        let classes: Vec<Option<&MachineClass>> = match &self.classes {
-            None => vec![None],
-            Some(classes) => classes.list.iter().map(Some).collect(),
-        };
-        for class in classes {
-            let name = class.map(|c| c.name.clone());
-            let (mine, others): (Vec<&MachineRecord>, Vec<&MachineRecord>) =
-                live.iter().partition(|m| self.class_of(m) == name);
-            let views: Vec<MachineView> = mine.iter().map(|m| view(m, running(m))).collect();
-            let plan = scaler::plan(&PlanInput {
-                machines: &views,
-                waiting_jobs: waiting.remove(&name).unwrap_or(0),
-                policy: &self.class_policy(&policy, class, others.len()),
-                provisioner_paused: paused,
-                forecast: self.class_forecast(&forecast, class),
-                now,
-            });
+        for (class, plan) in self.plan_classes(&live, running, &policy, now) {
             self.carry_out(&plan, class, now).await;
         }
     }
 
-    /// The pool's demand forecast (`core::demand`), fed with this pass's arrivals, machines and
-    /// slots in use, and the jobs the pool's pipelines in flight will make pending
-    /// (`core::pipelines`).
-    fn forecast(
+    /// One plan per class, each from the class's own machines, waiting jobs and demand. All
+    /// are planned before any is carried out, so that the demand's lock is not held across
+    /// the provisioner's calls; the plans see the same snapshot of machines either way.
+    fn plan_classes(
         &self,
         live: &[MachineRecord],
         running: &(dyn Fn(&MachineRecord) -> u32 + Sync),
-        waiting: u32,
-        idle_time: Millis,
+        policy: &ScalePolicy,
         now: Millis,
-    ) -> Forecast {
-        let mut demand = self
-            .demand
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ) -> Vec<(Option<&MachineClass>, ScalePlan)> {
+        let paused = !matches!(self.machines.breaker(), BreakerState::Closed);
+        let mut waiting = self.jobs.waiting_by_class(self.pool());
+        let mut demand = self.demand.lock().unwrap_or_else(PoisonError::into_inner);
         self.learn_from_jobs(&mut demand);
-        // A machine started from stopped comes back in a start time, not a boot: it says
-        // nothing of the pool's create-to-ready time.
-        let states = live
-            .iter()
-            .filter(|m| m.restarted_at.is_none())
-            .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()));
-        demand.observe_machines(states, now);
-        let in_use = live.iter().map(running).sum::<u32>() + waiting;
-        demand.observe_in_use(in_use);
-        let mut forecast = demand.forecast(now, idle_time);
+        let classes: Vec<Option<&MachineClass>> = match &self.classes {
+            None => vec![None],
+            Some(classes) => classes.list.iter().map(Some).collect(),
+        };
+        let mut plans = Vec::with_capacity(classes.len());
+        for class in classes {
+            // The class a machine serves is the one routing matches jobs against.
+            let name = class.map(|c| c.name.clone());
+            let (mine, others): (Vec<&MachineRecord>, Vec<&MachineRecord>) =
+                live.iter().partition(|m| self.class_of(m) == name);
+            let views: Vec<MachineView> = mine.iter().map(|m| view(m, running(m))).collect();
+            let waiting_jobs = waiting.remove(&name).unwrap_or(0);
+            let pass = ClassPass {
+                machines: &measured(&mine),
+                in_use: views.iter().map(|v| v.running_jobs).sum::<u32>() + waiting_jobs,
+                now,
+                window: policy.idle_time,
+            };
+            let plan = scaler::plan(&PlanInput {
+                machines: &views,
+                waiting_jobs,
+                policy: &self.class_policy(policy, class, others.len()),
+                provisioner_paused: paused,
+                forecast: self.class_forecast(&mut demand, class, &pass),
+                now,
+            });
+            plans.push((class, plan));
+        }
         drop(demand);
-        forecast.pipeline_jobs = self
-            .pipeline_learning()
-            .tracker
-            .forecast(now, forecast.lead_time)
-            .jobs_due;
         self.save_pipeline_shapes(false);
-        forecast
+        plans
     }
 
-    /// The forecast keeps machines of the default class ready, as the idle settings do; the
-    /// other classes are made on demand (they keep only the forecast's timings).
-    fn class_forecast(&self, forecast: &Forecast, class: Option<&MachineClass>) -> Forecast {
-        let is_default = match (class, &self.classes) {
-            (Some(class), Some(classes)) => classes.default == class.name,
-            _ => true,
-        };
-        if is_default {
-            *forecast
-        } else {
-            Forecast {
-                peak_in_lead_time: 0,
+    /// The forecast of `class` from its own demand only (`core::demand::ClassDemand`): the jobs
+    /// that route to it, the slots in use on its machines and by its waiting jobs, its
+    /// machines' create-to-ready times. The default class holds the buffer and the pipelines'
+    /// next stages, as the idle settings keep its machines ready; the other classes are made
+    /// on demand (they keep only their forecast's timings and window peak).
+    fn class_forecast(
+        &self,
+        demand: &mut ClassDemand,
+        class: Option<&MachineClass>,
+        pass: &ClassPass<'_>,
+    ) -> Forecast {
+        let forecast = demand.forecast(class.map(|c| c.name.as_str()), pass);
+        if !self.is_default(class) {
+            return Forecast {
+                rises: Rises::default(),
                 pipeline_jobs: 0,
                 gitlab_backlog: 0,
-                need_peak: 0,
-                ..*forecast
-            }
+                need_peak: Rises::default(),
+                ..forecast
+            };
+        }
+        // The pipeline tracker does not know classes: its jobs are held in the default class.
+        let pipeline_jobs = self
+            .pipeline_learning()
+            .tracker
+            .forecast(pass.now, forecast.lead_time)
+            .jobs_due;
+        Forecast {
+            pipeline_jobs,
+            ..forecast
+        }
+    }
+
+    /// Whether `class` is the pool's default (a pool without classes has only that one).
+    fn is_default(&self, class: Option<&MachineClass>) -> bool {
+        match (class, &self.classes) {
+            (Some(class), Some(classes)) => classes.default == class.name,
+            _ => true,
         }
     }
 
@@ -120,10 +130,7 @@ impl PoolController {
         let left = policy
             .max_machines
             .saturating_sub(u32::try_from(other_machines).unwrap_or(u32::MAX));
-        let is_default = self
-            .classes
-            .as_ref()
-            .is_some_and(|c| c.default == class.name);
+        let is_default = self.is_default(Some(class));
         ScalePolicy {
             capacity_per_machine: class.capacity_per_machine,
             max_machines: class.max_machines.map_or(left, |max| max.min(left)),
@@ -220,4 +227,14 @@ fn view(m: &MachineRecord, running_jobs: u32) -> MachineView {
         idle_since: m.since,
         created_at: m.created_at,
     }
+}
+
+/// The machines of a class whose create-to-ready time may be measured. A machine started from
+/// stopped comes back in a start time, not a boot: it says nothing of the class's lead time.
+fn measured<'a>(machines: &[&'a MachineRecord]) -> Measured<'a> {
+    machines
+        .iter()
+        .filter(|m| m.restarted_at.is_none())
+        .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()))
+        .collect()
 }

@@ -167,6 +167,7 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         scale_factor_limit: 0,
         strategy: Strategy::Idle,
         billing_period: 0,
+        target_wait: 30_000,
         stopped_count: 0,
         max_stopped: 0,
     };

@@ -58,6 +58,8 @@ pub struct Fleet {
     pub peak: u32,
     pub alive_ms: u128,
     pub idle_ms: u128,
+    /// Time from a create (or a warm pool's start) to ready or failure: paid, not yet usable.
+    pub booting_ms: u128,
     pub billed_ms: u128,
     /// Time machines spent stopped (billed at the stopped price).
     pub stopped_ms: u128,
@@ -77,6 +79,7 @@ impl Fleet {
             peak: 0,
             alive_ms: 0,
             idle_ms: 0,
+            booting_ms: 0,
             billed_ms: 0,
             stopped_ms: 0,
             starts: 0,
@@ -127,6 +130,10 @@ impl Fleet {
         let (mut ready, mut failed) = (0, 0);
         let mut gone = Vec::new();
         for m in &mut self.machines {
+            let on_its_way = matches!(m.state, MachineState::Starting | MachineState::Booting);
+            if on_its_way && m.boot_ends <= now {
+                self.booting_ms += u128::from(m.boot_ends - m.requested_at);
+            }
             if m.state == MachineState::Starting && m.boot_ends <= now {
                 m.state = MachineState::Ready;
                 m.idle_since = m.boot_ends;

@@ -75,6 +75,8 @@ pub struct MachineMinutes {
     pub total: f64,
     /// Ready (or draining) and running no job. Booting time is in `total` only.
     pub idle: f64,
+    /// From a create (or a warm pool's start) to ready or failure; in `total`, not in `idle`.
+    pub booting: f64,
     /// Warm pool: stopped, billed at the stopped (disk) price; not in `total`.
     pub stopped: f64,
 }
@@ -111,6 +113,7 @@ impl PoolReport {
             machine_minutes: MachineMinutes {
                 total: minutes(fleet.alive_ms),
                 idle: minutes(fleet.idle_ms),
+                booting: minutes(fleet.booting_ms),
                 stopped: minutes(fleet.stopped_ms),
             },
             machines_created: fleet.created,
@@ -152,6 +155,7 @@ impl Report {
             machine_minutes: MachineMinutes {
                 total: (sum(&|p| p.machine_minutes.total) * 10.0).round() / 10.0,
                 idle: (sum(&|p| p.machine_minutes.idle) * 10.0).round() / 10.0,
+                booting: (sum(&|p| p.machine_minutes.booting) * 10.0).round() / 10.0,
                 stopped: (sum(&|p| p.machine_minutes.stopped) * 10.0).round() / 10.0,
             },
             machines_created: count(&|p| p.machines_created),

@@ -10,6 +10,9 @@
 //! demand-aware policy's (or, when none is, the fastest): the check that the shipped baseline
 //! is taskscaler at its best, not one chosen to lose.
 //!
+//! `--frontier` sweeps every policy family and prints each one's frontier of p95 wait against
+//! overhead, the oracle, and the targets of issues #26 and #29 ([`frontier`]).
+//!
 //! `--seeds N` reruns the comparison on N draws of every workload ([`seeds`]); with `--sweep`,
 //! each setting is judged by its means over those draws.
 
@@ -22,6 +25,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+mod frontier;
 mod seeds;
 
 /// Fewer idle machine-minutes the demand-aware policy must reach, as a share of the baseline's.
@@ -36,8 +40,10 @@ struct Run {
     p95: f64,
     p99: f64,
     idle: f64,
+    booting: f64,
     total: f64,
     created: u64,
+    never_used: u64,
     timeouts: u64,
     cost: Option<f64>,
 }
@@ -59,6 +65,9 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
                 .context("--seeds takes a number of draws, e.g. --seeds 6")?,
         ),
     };
+    if args.iter().any(|a| a == "--frontier") {
+        return frontier::frontier(root, &binary, &workloads, args);
+    }
     if args.iter().any(|a| a == "--sweep") {
         return sweep(&binary, &dir, &workloads, draws);
     }
@@ -171,8 +180,10 @@ fn run(binary: &Path, workload: &Path, policy: &Path) -> Result<Run> {
         p95: f(&["wait_seconds", "p95"]),
         p99: f(&["wait_seconds", "p99"]),
         idle: f(&["machine_minutes", "idle"]),
+        booting: f(&["machine_minutes", "booting"]),
         total: f(&["machine_minutes", "total"]),
         created: v["machines_created"].as_u64().unwrap_or(0),
+        never_used: v["machines_never_used"].as_u64().unwrap_or(0),
         timeouts: v["acquire_timeouts"].as_u64().unwrap_or(0),
         cost: v["cost"].as_f64(),
     })
@@ -227,7 +238,7 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -
         // The fewest idle minutes among settings as fast as the demand-aware policy at p95,
         // and the fastest setting of all.
         let (mut matching, mut fastest): (Best, Best) = (None, None);
-        for (setting, variant) in variants(&text) {
+        for (setting, variant) in variants(&text, grid) {
             let file = scratch.join(format!("{name}.toml"));
             std::fs::write(&file, &variant)?;
             // A combination the configuration refuses (a scale_factor_limit below idle_count)
@@ -266,8 +277,8 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -
     Ok(())
 }
 
-/// Every combination of grid values for the `# sweep` lines of `text`, with a label.
-fn variants(text: &str) -> Vec<(String, String)> {
+/// Every combination of `grid` values for the `# sweep` lines of `text`, with a label.
+fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(String, String)> {
     let mut out = vec![(String::new(), String::new())];
     for line in text.lines() {
         let key = line.split('=').next().unwrap_or("").trim();

@@ -2,33 +2,59 @@
 
 use super::*;
 
-#[test]
-fn the_forecast_is_the_busiest_lead_time_of_the_window() {
-    let mut t = DemandTracker::default();
-    t.machine_ready(60_000);
-    for at in [
-        0, 10_000, 20_000, 200_000, 200_500, 201_000, 230_000, 250_000,
-    ] {
+/// Feeds a pass at `at` with `in_use` slots in use, arrivals first, as the controller does.
+fn pass(t: &mut DemandTracker, at: Millis, arrivals: u32, in_use: u32) -> Forecast {
+    for _ in 0..arrivals {
         t.job_arrived(at, None);
     }
-    let window = 600_000;
-    let f = t.forecast(250_000, window);
-    assert_eq!(f.lead_time, 60_000);
-    // 130 s to 250 s (two lead times) holds five arrivals: four after the first.
-    assert_eq!(f.peak_in_lead_time, 4);
-    // Half a window later they count half; a window later, not at all.
-    assert_eq!(
-        t.forecast(250_000 + window / 2, window).peak_in_lead_time,
-        2
-    );
-    let later = t.forecast(250_000 + window, window);
-    assert_eq!(later.peak_in_lead_time, 0);
-    // A lone job predicts no other.
-    let mut lone = DemandTracker::default();
-    lone.job_arrived(0, None);
-    assert_eq!(lone.forecast(1_000, window).peak_in_lead_time, 0);
+    t.observe_in_use(in_use);
+    t.forecast(at, 600_000)
 }
 
+#[test]
+fn the_buffer_covers_the_rises_recent_jobs_met() {
+    let mut t = DemandTracker::default();
+    t.machine_ready(60_000);
+    // A burst of four at 200 s on an idle pool: each met the ones ahead of it (0, 1, 2, 3).
+    pass(&mut t, 0, 0, 0);
+    let f = pass(&mut t, 200_000, 4, 4);
+    assert_eq!(f.lead_time, 60_000);
+    // No job may wait (5 %): all four slots; with 30 s of a 60 s lead time allowed (10 %),
+    // still four (one job in four is 25 %).
+    assert_eq!(f.buffer(0), 4);
+    assert_eq!(f.buffer(30_000), 4);
+    // A target of a whole lead time: no buffer (no job waits longer than one).
+    assert_eq!(f.buffer(60_000), 0);
+    // Jobs that end as fast as new ones come make no rise: sixteen lone jobs, each arriving
+    // as the one before ended, in passes a lead time apart.
+    let mut steady = DemandTracker::default();
+    steady.machine_ready(60_000);
+    for i in 0..16 {
+        pass(&mut steady, i * 60_000, 1, 1);
+    }
+    // Each needs its own slot (a rise of 0: one free slot serves it).
+    assert_eq!(steady.forecast(15 * 60_000, 600_000).buffer(0), 1);
+    // With no job for a window, nothing.
+    assert_eq!(steady.forecast(40 * 60_000, 600_000).buffer(0), 0);
+}
+
+#[test]
+fn older_jobs_weigh_less() {
+    let mut t = DemandTracker::default();
+    t.machine_ready(60_000);
+    pass(&mut t, 0, 0, 0);
+    // A burst of ten at 10 s, then lone jobs a lead time apart, each ending before the next.
+    pass(&mut t, 10_000, 10, 10);
+    pass(&mut t, 200_000, 0, 0);
+    let mut f = pass(&mut t, 300_000, 1, 1);
+    for i in 1..6 {
+        pass(&mut t, 300_000 + i * 60_000 - 1, 0, 0);
+        f = pass(&mut t, 300_000 + i * 60_000, 1, 1);
+    }
+    // At 600 s the burst is nearly a window old: the lone jobs outweigh it.
+    assert!(f.buffer(0) < 10, "buffer {}", f.buffer(0));
+    assert!(f.buffer(0) >= 1);
+}
 #[test]
 fn a_slow_recent_machine_sets_the_lead_time() {
     let mut t = DemandTracker::default();
@@ -71,57 +97,54 @@ fn gitlab_backlog_counts_while_fresh() {
 fn the_peak_need_covers_the_grace() {
     let mut t = DemandTracker::default();
     t.machine_ready(30_000);
-    for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (100_000, 1)] {
+    for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (40_000, 1)] {
         t.observe_in_use(slots);
         t.forecast(at, 600_000);
     }
-    // The grace is 3 minutes (more than twice the lead time): the peak of 7 is held.
-    let f = t.forecast(100_000, 600_000);
-    assert_eq!((f.surplus_grace, f.need_peak), (180_000, 7));
-    // 3 were needed until 100 s: held until 280 s, then back to what is in use.
-    assert_eq!(t.forecast(250_000, 600_000).need_peak, 3);
-    assert_eq!(t.forecast(281_000, 600_000).need_peak, 1);
-    // Arrivals every 10 s: five in a minute (two lead times) after the first.
-    for at in (290_000..=340_000).step_by(10_000) {
-        t.job_arrived(at, None);
-    }
-    let f = t.forecast(340_000, 600_000);
-    assert_eq!((f.peak_in_lead_time, f.need_peak), (5, 6));
+    // The grace is two lead times: the peak of 7 (10 s to 20 s) is held until 80 s.
+    let f = t.forecast(40_000, 600_000);
+    assert_eq!((f.surplus_grace, f.recent_need(0)), (60_000, 7));
+    // 3 were in use until 40 s: held until 100 s, then back to what is in use.
+    assert_eq!(t.forecast(95_000, 600_000).recent_need(0), 3);
+    assert_eq!(t.forecast(101_000, 600_000).recent_need(0), 1);
     // The grace never exceeds the window (idle_time).
-    assert_eq!(t.forecast(340_000, 60_000).surplus_grace, 60_000);
+    assert_eq!(t.forecast(80_000, 10_000).surplus_grace, 10_000);
 }
 
 #[test]
-fn the_grace_grows_while_jobs_keep_coming() {
+fn a_buffer_that_falls_is_still_needed_through_the_grace() {
     let mut t = DemandTracker::default();
-    t.machine_ready(60_000);
-    let window = 600_000;
-    // No arrivals: twice the lead time, at least 3 minutes.
-    assert_eq!(t.forecast(0, window).surplus_grace, 180_000);
-    // Eight jobs within the last two lead times: one base grace more.
-    for at in (1_000..=8_000).step_by(1_000) {
-        t.job_arrived(at, None);
-    }
-    assert_eq!(t.forecast(10_000, window).surplus_grace, 360_000);
-    // Arrivals stopped two lead times ago: the base again, whatever came before.
-    assert_eq!(t.forecast(130_000, window).surplus_grace, 180_000);
-    // Never beyond idle_time.
-    for at in (200_000..=260_000).step_by(1_000) {
-        t.job_arrived(at, None);
-    }
-    assert_eq!(t.forecast(260_000, window).surplus_grace, window);
+    t.machine_ready(30_000);
+    // One job at 10 s on an idle pool, done at once: a slot is held for its like while it is
+    // recent (a 60 s window here).
+    pass(&mut t, 0, 0, 0);
+    t.job_arrived(10_000, None);
+    t.observe_in_use(0);
+    assert_eq!(t.forecast(20_000, 60_000).buffer(0), 1);
+    // Out of the window at 70 s, it asks for nothing; what it asked for is still needed for the
+    // grace (two lead times, 60 s), so that a buffer that dips for a pass releases nothing.
+    t.forecast(70_000, 60_000);
+    let f = t.forecast(75_000, 60_000);
+    assert_eq!((f.buffer(0), f.recent_need(0)), (0, 1));
+    assert_eq!(t.forecast(131_000, 60_000).recent_need(0), 0);
 }
 
 #[test]
-fn foreseen_arrivals_lengthen_the_grace_but_make_no_peak() {
+fn foreseen_arrivals_make_no_rise() {
     let mut t = DemandTracker::default();
     t.machine_ready(60_000);
+    t.observe_in_use(0);
+    t.forecast(0, 600_000);
+    // Eight jobs a pipeline forecast foresaw, then one it did not: the eight are not its rise.
     for at in (1_000..=8_000).step_by(1_000) {
         t.foreseen_job_arrived(at, Some(3));
     }
+    t.observe_in_use(8);
+    t.forecast(9_000, 600_000);
+    t.job_arrived(10_000, None);
+    t.observe_in_use(9);
     let f = t.forecast(10_000, 600_000);
-    // Eight jobs within two lead times: one base grace more, as any arrivals.
-    assert_eq!((f.peak_in_lead_time, f.surplus_grace), (0, 360_000));
+    assert_eq!(f.buffer(0), 1);
     // Their payloads' queue sizes still count.
     assert_eq!(f.gitlab_backlog, 2);
 }

@@ -42,11 +42,11 @@ fn the_next_stages_jobs_are_made_for_with_their_reason() {
         (DEMAND, 0, 1, 0, 0, Reason::Steady),
         (DEMAND, 0, 8, 0, 7, Reason::PipelineForecast),
         // The arrivals' forecast and the pipelines' are the same bursts: the larger is held,
-        // and the first step short gives the reason.
+        // and the step that asks for most of the shortfall gives the reason.
         (DEMAND, 4, 3, 0, 3, Reason::DemandForecast),
-        (DEMAND, 4, 8, 0, 7, Reason::DemandForecast),
+        (DEMAND, 4, 8, 0, 7, Reason::PipelineForecast),
         (DEMAND, 1, 8, 0, 7, Reason::PipelineForecast),
-        (DEMAND, 0, 3, 5, 7, Reason::PipelineForecast),
+        (DEMAND, 0, 3, 5, 7, Reason::GitlabQueue),
         (DEMAND, 1, 0, 5, 5, Reason::GitlabQueue),
         (capped, 0, 8, 0, 2, Reason::PipelineForecast),
     ];

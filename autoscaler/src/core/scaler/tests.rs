@@ -16,6 +16,7 @@ const P: ScalePolicy = ScalePolicy {
     scale_factor_limit: 0,
     strategy: Strategy::Idle,
     billing_period: 0,
+    target_wait: 30_000,
     stopped_count: 0,
     max_stopped: 0,
 };
@@ -261,6 +262,7 @@ fn policy() -> impl PropStrategy<Value = ScalePolicy> {
                 scale_factor_limit: limit,
                 strategy: Strategy::Idle,
                 billing_period: 0,
+                target_wait: 30_000,
                 stopped_count: 0,
                 max_stopped: 0,
             },

@@ -1,5 +1,5 @@
 //! The free slots a pass wants, built up in steps, each with the reason a shortfall up to it
-//! gives: the decision's reason code is the first step the free slots fall short of.
+//! gives: the decision's reason code is the step that asks for most of the shortfall.
 
 use super::{Reason, ScalePolicy, Strategy};
 use crate::core::demand::Forecast;
@@ -21,14 +21,14 @@ impl Wanted {
         let (peak, pipelines, backlog) = match p.strategy {
             Strategy::Idle => (0, 0, 0),
             Strategy::Demand => (
-                forecast.peak_in_lead_time,
-                forecast.pipeline_jobs,
+                forecast.buffer(p.target_wait),
+                forecast.foreseen_jobs(p.target_wait),
                 forecast.gitlab_backlog,
             ),
         };
         let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
-        // The slots held for recent arrivals and those for the next stages' jobs serve the same
-        // bursts: the arrivals the first forecast counts are the earlier stages' jobs, the very
+        // The slots held for recent rises and those for the next stages' jobs serve the same
+        // bursts: the rises the buffer is sized from are the earlier stages' jobs, the very
         // bursts pipelines bring. Added, each burst would be held for twice; the larger covers
         // the stages foreseen and the arrivals alike.
         let with_pipelines = forecast_total.max(waiting_jobs.saturating_add(pipelines));
@@ -47,11 +47,20 @@ impl Wanted {
         self.steps[4].0
     }
 
-    /// Why `free` slots are not enough: the first step they fall short of.
+    /// Why `free` slots are not enough: the step that asks for most of the shortfall (the
+    /// first such, on a tie). Jobs that wait come first on a tie, then the floors; a small
+    /// buffer ahead of a stage's worth of pipeline jobs does not name the machines made for
+    /// the stage.
     pub(super) fn shortfall_reason(&self, free: u32) -> Reason {
-        self.steps
-            .iter()
-            .find(|(wanted, _)| free < *wanted)
-            .map_or(Reason::Steady, |(_, reason)| *reason)
+        let mut below = free;
+        let mut most: Option<(u32, Reason)> = None;
+        for &(wanted, reason) in &self.steps {
+            let adds = wanted.saturating_sub(below);
+            below = below.max(wanted);
+            if adds > 0 && most.is_none_or(|(m, _)| adds > m) {
+                most = Some((adds, reason));
+            }
+        }
+        most.map_or(Reason::Steady, |(_, reason)| reason)
     }
 }

@@ -94,8 +94,10 @@ pub fn mean_run(
         p95: mean(|r| r.p95),
         p99: mean(|r| r.p99),
         idle: mean(|r| r.idle),
+        booting: mean(|r| r.booting),
         total: mean(|r| r.total),
         created: mean(|r| r.created as f64).round() as u64,
+        never_used: mean(|r| r.never_used as f64).round() as u64,
         timeouts: mean(|r| r.timeouts as f64).round() as u64,
         cost: runs
             .iter()

@@ -1,0 +1,124 @@
+//! The settings each family is run with, and the runs, two at a time (the machine has two
+//! cores; every run is one `autoscaler simulate` process).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Result;
+
+use super::Point;
+use crate::simulate::{policy_for, run, stem, variants};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Taskscaler over its grid.
+    Taskscaler,
+    /// The demand-aware policy over `target_wait`.
+    Demand,
+    /// The demand-aware policy with a warm pool, over `target_wait`.
+    Warm,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Taskscaler, Family::Demand, Family::Warm];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Taskscaler => "taskscaler",
+            Family::Demand => "demand-aware",
+            Family::Warm => "demand-aware + warm pool",
+        }
+    }
+}
+
+/// The targets swept, in seconds (issue #26's range, around the default of 30 s).
+pub const TARGETS: [u64; 9] = [5, 10, 15, 20, 30, 45, 60, 90, 120];
+/// The warm pool's cap: as many stopped machines as its demand asks for, bounded well above
+/// what the shipped workloads' windows peak at, so that the cap does not decide.
+const MAX_STOPPED: u32 = 100;
+/// Taskscaler's grid, on its baseline's `# sweep` lines: a coarser one than `--sweep`'s, so
+/// that the frontier runs in minutes, spanning the same range.
+fn grid(key: &str) -> &'static [&'static str] {
+    match key {
+        "idle_count" => &["0", "2", "5", "10", "20", "40"],
+        "idle_time" => &["\"1m\"", "\"5m\"", "\"20m\""],
+        "scale_factor" => &["0.0", "0.25", "1.0"],
+        _ => &[],
+    }
+}
+
+/// A policy file's text with `lines` added to every `[pools.scaling]` table.
+fn with_scaling(text: &str, lines: &str) -> String {
+    text.replace("[pools.scaling]\n", &format!("[pools.scaling]\n{lines}"))
+}
+
+/// Every (family, setting, policy text) to run on the workload `name`.
+fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
+    let demand = std::fs::read_to_string(policy_for(dir, name, "demand")?)?;
+    let baseline = std::fs::read_to_string(policy_for(dir, name, "taskscaler")?)?;
+    let mut out = Vec::new();
+    for t in TARGETS {
+        let target = format!("target_wait = \"{t}s\"\n");
+        out.push((
+            Family::Demand,
+            format!("target_wait {t}s"),
+            with_scaling(&demand, &target),
+        ));
+        let warm = format!("{target}max_stopped = {MAX_STOPPED}\n");
+        out.push((
+            Family::Warm,
+            format!("target_wait {t}s, max_stopped {MAX_STOPPED}"),
+            with_scaling(&demand, &warm),
+        ));
+    }
+    for (setting, text) in variants(&baseline, grid) {
+        out.push((Family::Taskscaler, setting, text));
+    }
+    Ok(out)
+}
+
+/// Runs every setting of every family on `workload`, two at a time. A setting the
+/// configuration refuses (a `scale_factor_limit` below `idle_count`) is left out: an operator
+/// cannot write it.
+pub fn run_families(binary: &Path, dir: &Path, workload: &Path) -> Result<Vec<Point>> {
+    let name = stem(workload);
+    let scratch = std::env::temp_dir().join(format!("xtask-frontier-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let queue = Mutex::new(
+        settings(dir, &name)?
+            .into_iter()
+            .enumerate()
+            .collect::<Vec<_>>(),
+    );
+    let points = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let next = queue.lock().map(|mut q| q.pop()).ok().flatten();
+                    let Some((i, (family, setting, text))) = next else {
+                        break;
+                    };
+                    let file: PathBuf = scratch.join(format!("{name}-{i}.toml"));
+                    if std::fs::write(&file, text).is_err() {
+                        continue;
+                    }
+                    if let Ok(r) = run(binary, workload, &file) {
+                        let point = Point {
+                            family,
+                            setting,
+                            run: r,
+                        };
+                        if let Ok(mut all) = points.lock() {
+                            all.push((i, point));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    std::fs::remove_dir_all(&scratch)?;
+    let mut points = points.into_inner().unwrap_or_default();
+    points.sort_by_key(|(i, _)| *i);
+    Ok(points.into_iter().map(|(_, p)| p).collect())
+}
