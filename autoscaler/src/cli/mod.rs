@@ -373,7 +373,10 @@ fn exit_code(e: &ServiceError) -> u8 {
         ServiceError::TokenRejected { .. } => exit::TOKEN_REJECTED,
         ServiceError::Bind { .. } => exit::UNAVAILABLE,
         ServiceError::PoolSetup { .. } | ServiceError::Tls(_) => exit::CONFIG,
-        ServiceError::Upstream(_) | ServiceError::Serve(_) | ServiceError::Machines(_) => 1,
+        ServiceError::Upstream(_)
+        | ServiceError::Serve(_)
+        | ServiceError::Machines(_)
+        | ServiceError::LookAhead(_) => 1,
     }
 }
 

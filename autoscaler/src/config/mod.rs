@@ -125,6 +125,8 @@ pub struct UpstreamConfig {
     /// Pause between job requests when GitLab does not long-poll (it answers `204` at once with
     /// the `last_update` we sent).
     pub poll_interval: Duration,
+    /// An access token with `read_api` for the pipeline look-ahead (`lookahead`); none: off.
+    pub api_token: Option<crate::secret::Secret>,
 }
 
 #[derive(Debug, Clone)]

@@ -97,7 +97,11 @@ pub fn compare(old: &Config, new: &Config) -> Comparison {
     compare!(out, "upstream", UpstreamConfig, &old.upstream, &new.upstream, fixed: [
         url, connect_timeout, call_timeout, job_request_timeout, gitlab_long_poll,
         keepalive_interval, artifact_timeout, poll_interval,
-    ]);
+    ], skip: [api_token]);
+    // Compared by value: a secret's Debug hides it.
+    if old.upstream.api_token != new.upstream.api_token {
+        out.restart(join("upstream", "api_token"), "needs a restart");
+    }
     compare!(out, "log", LogConfig, &old.log, &new.log, fixed: [level, format]);
     compare!(out, "ssh", SshConfig, &old.ssh, &new.ssh, fixed: [key_file]);
     compare_admin(&mut out, old.admin.as_ref(), new.admin.as_ref());

@@ -36,7 +36,7 @@ pub(super) fn read(
         }
         server
     });
-    let upstream = read_upstream(root.table("upstream"), &root);
+    let upstream = read_upstream(root.table("upstream"), base_dir, &root);
     let log = read_log(root.table("log"));
     let ssh = root.table("ssh").map(|t| {
         let key_file = t
@@ -182,7 +182,11 @@ fn read_state(s: Option<Section<'_>>, base_dir: &Path, root: &Section<'_>) -> Op
     })
 }
 
-fn read_upstream(s: Option<Section<'_>>, root: &Section<'_>) -> Option<UpstreamConfig> {
+fn read_upstream(
+    s: Option<Section<'_>>,
+    base_dir: &Path,
+    root: &Section<'_>,
+) -> Option<UpstreamConfig> {
     let Some(s) = s else {
         root.problem(
             "upstream",
@@ -221,6 +225,7 @@ fn read_upstream(s: Option<Section<'_>>, root: &Section<'_>) -> Option<UpstreamC
     }
     let artifact_timeout = d("artifact_timeout", 3600);
     let poll_interval = d("poll_interval", 3);
+    let api_token = read_secret(&s, "api_token", base_dir, false);
     s.finish();
     Some(UpstreamConfig {
         url: url?,
@@ -231,6 +236,7 @@ fn read_upstream(s: Option<Section<'_>>, root: &Section<'_>) -> Option<UpstreamC
         keepalive_interval,
         artifact_timeout,
         poll_interval,
+        api_token,
     })
 }
 

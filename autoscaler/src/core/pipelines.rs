@@ -13,6 +13,11 @@
 //! expected within the pool's lead time, so that machines are ready when they become pending
 //! and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
 //!
+//! With an API token, the look-ahead (`lookahead`) asks GitLab for a pipeline's jobs still
+//! `created` when the pipeline is first seen: the stages to come and their exact job counts
+//! ([`PipelineTracker::announce`]), which replace the learned counts for that pipeline (the
+//! learned shape still says when they come, and how they split by machine class).
+//!
 //! Shapes change (a stage added, a job removed): the job count and the usual duration are
 //! medians of the last few pipelines, and a stage followed by a different one starts afresh,
 //! so a change is learned within a pipeline or two. Memory is bounded: a cap on projects, on stages and pipelines in
@@ -52,6 +57,8 @@ pub struct StagedJob<'a> {
     pub stage: &'a str,
     /// `job_info.name`.
     pub name: &'a str,
+    /// The machine class the job routed to (`None`: the pool has no classes).
+    pub class: Option<&'a str>,
 }
 
 /// Where a job sits in its pipeline, as its payload says: the owned facts a job record keeps
@@ -65,13 +72,14 @@ pub struct PipelinePlace {
 }
 
 impl PipelinePlace {
-    /// The job as the tracker takes it, in project `project`.
-    pub fn staged<'a>(&'a self, project: &'a str) -> StagedJob<'a> {
+    /// The job as the tracker takes it, in project `project`, routed to `class`.
+    pub fn staged<'a>(&'a self, project: &'a str, class: Option<&'a str>) -> StagedJob<'a> {
         StagedJob {
             project,
             pipeline: self.pipeline,
             stage: &self.stage,
             name: &self.name,
+            class,
         }
     }
 }
@@ -83,6 +91,18 @@ pub struct PipelineForecast {
     pub jobs_due: u32,
     /// Pipelines whose next stage was counted.
     pub pipelines: u32,
+}
+
+/// Which of the next stages' jobs a forecast counts: in a pool with machine classes each class
+/// holds slots only for the jobs that route to it, as a job runs only on its class's machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassScope<'a> {
+    /// Every job (a pool without classes).
+    All,
+    /// The jobs routed to class `name`, in the shares the stage's jobs had in its last run.
+    /// The pool's default class (`is_default`) also takes a stage whose classes were never
+    /// seen (learned before the pool had classes): where such jobs go without a class.
+    Class { name: &'a str, is_default: bool },
 }
 
 /// What one pool has learned of its projects' pipelines, and the pipelines it sees running.
@@ -99,6 +119,19 @@ impl PipelineTracker {
         self.project(job.project, at).job_started(job, at);
     }
 
+    /// GitLab lists `stages` (name and number of `created` jobs, in pipeline order) as still
+    /// to come in `project`'s `pipeline` (the look-ahead): the next stage's jobs are then
+    /// those, not the learned count, and a pipeline with no stage to come holds nothing.
+    pub fn announce(
+        &mut self,
+        project: &str,
+        pipeline: u64,
+        stages: Vec<(String, u32)>,
+        at: Millis,
+    ) {
+        self.project(project, at).announce(pipeline, stages, at);
+    }
+
     /// `job` ended at `at` (whether it passed or failed: either way its slot is free, and a
     /// failed one makes the next stage never come, which the learned figures do not count).
     pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
@@ -110,13 +143,23 @@ impl PipelineTracker {
     /// The jobs expected pending by `now + lead_time`, from every pipeline in flight whose
     /// project's shape is known. Unknown projects and stages count nothing.
     pub fn forecast(&self, now: Millis, lead_time: Millis) -> PipelineForecast {
+        self.forecast_for(now, lead_time, ClassScope::All)
+    }
+
+    /// [`Self::forecast`] of the jobs in `scope` only.
+    pub fn forecast_for(
+        &self,
+        now: Millis,
+        lead_time: Millis,
+        scope: ClassScope<'_>,
+    ) -> PipelineForecast {
         let mut out = PipelineForecast::default();
         for project in self.projects.values() {
             for due in project
                 .runs()
-                .filter_map(|r| next_stage_due(project, r, now))
+                .filter_map(|r| next_stage_due(project, r, now, scope))
             {
-                if due.at <= now.saturating_add(lead_time) {
+                if due.at <= now.saturating_add(lead_time) && due.jobs > 0 {
                     out.jobs_due = out.jobs_due.saturating_add(due.jobs);
                     out.pipelines += 1;
                 }
@@ -127,7 +170,8 @@ impl PipelineTracker {
 
     /// Whether `job`, pending now, is one of the next stage's jobs the forecast expected: its
     /// pipeline is in flight and its project's shape says the stage started last is followed
-    /// by `job`'s stage. (Such a job is no news to a forecast from arrivals.)
+    /// by `job`'s stage, or GitLab announced that stage and the shape says when it comes.
+    /// (Such a job is no news to a forecast from arrivals.)
     pub fn foresees(&self, job: StagedJob<'_>) -> bool {
         let Some(project) = self.projects.get(job.project) else {
             return false;
@@ -135,10 +179,17 @@ impl PipelineTracker {
         let Some(run) = project.runs().find(|r| r.pipeline == job.pipeline) else {
             return false;
         };
-        let before = run.stage_before(job.stage);
-        before
+        let Some(shape) = run
+            .stage_before(job.stage)
             .and_then(|s| project.stage(&s.name))
-            .is_some_and(|shape| shape.is_followed_by(job.stage))
+        else {
+            return false;
+        };
+        // An announced stage is held for once the stage before it has a learned duration.
+        if run.announced(job.stage) {
+            return shape.usual_duration().is_some();
+        }
+        shape.is_followed_by(job.stage)
     }
 
     /// Projects remembered now.
@@ -172,11 +223,16 @@ struct Due {
 }
 
 /// The next stage of `run`, if its current stage is running and the project's shape says what
-/// follows it and how long it takes: due from the shortest recent duration. A stage that has
-/// run twice its usual (median) time is no longer described by the shape (a slow runner, a
-/// hung job): its next stage is not forecast, rather than holding machines for it
-/// indefinitely.
-fn next_stage_due(project: &ProjectShape, run: &Run, now: Millis) -> Option<Due> {
+/// follows it and how long it takes: due from the shortest recent duration, its jobs those of
+/// `scope`. A stage that has run twice its usual (median) time is no longer described by the
+/// shape (a slow runner, a hung job): its next stage is not forecast, rather than holding
+/// machines for it indefinitely.
+fn next_stage_due(
+    project: &ProjectShape,
+    run: &Run,
+    now: Millis,
+    scope: ClassScope<'_>,
+) -> Option<Due> {
     let current = run.current_stage()?;
     if current.running == 0 {
         // Its jobs ended (the next stage is pending, counted as waiting jobs) or wait for a
@@ -185,7 +241,12 @@ fn next_stage_due(project: &ProjectShape, run: &Run, now: Millis) -> Option<Due>
     }
     let learned = project.stage(&current.name)?;
     let duration = learned.usual_duration()?;
-    let jobs = learned.next_stage_jobs()?;
+    // What GitLab announced is exact; the shape says when, and how its jobs split by class.
+    let jobs = match run.announced_next() {
+        Some(Some((next, jobs))) => learned.share_in(scope, Some(next), jobs),
+        Some(None) => return None,
+        None => learned.next_stage_jobs_in(scope)?,
+    };
     let at = current
         .started_at
         .saturating_add(learned.shortest_duration()?);

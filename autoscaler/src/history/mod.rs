@@ -19,12 +19,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, RETRY_AFTER};
 use serde_json::Value;
 
 use replay_line::{ReplayJob, Skipped};
 
 use crate::clock::Clock;
+use crate::gitlab_api::{
+    self, FIRST_BACKOFF, error_message, next_backoff, next_page, rate_limit_wait,
+};
 
 /// Jobs per page: GitLab's maximum.
 const PER_PAGE: u32 = 100;
@@ -32,10 +34,6 @@ const PER_PAGE: u32 = 100;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Retries of one page (429, 5xx, connection failures) before the export fails.
 pub const MAX_RETRIES: u32 = 8;
-/// The first backoff after a 5xx or a failed connection; doubled each time, at most a minute.
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-/// A 429 without `Retry-After` or `RateLimit-Reset` waits this long.
-const RATE_LIMIT_DEFAULT_WAIT: Duration = Duration::from_secs(60);
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -77,14 +75,7 @@ pub enum HistoryError {
 
 /// Reads the runner's jobs page by page and writes them as a replay.
 pub async fn export(request: &HistoryRequest, clock: &dyn Clock) -> Result<Export, HistoryError> {
-    let http = reqwest::Client::builder()
-        .timeout(REQUEST_TIMEOUT)
-        .user_agent(concat!(
-            "gitlab-runner-autoscaler/",
-            env!("CARGO_PKG_VERSION")
-        ))
-        .build()
-        .map_err(HistoryError::Client)?;
+    let http = gitlab_api::client(REQUEST_TIMEOUT).map_err(HistoryError::Client)?;
     let mut jobs: Vec<ReplayJob> = Vec::new();
     let (mut unfinished, mut never_started, mut pages) = (0, 0, 0);
     let mut page = Some(1);
@@ -183,54 +174,9 @@ async fn fetch_page(
     Err(HistoryError::Unavailable { page, last })
 }
 
-fn next_backoff(backoff: &mut Duration) -> Duration {
-    let wait = *backoff;
-    *backoff = (*backoff * 2).min(Duration::from_secs(60));
-    wait
-}
-
-/// `X-Next-Page`: empty on the last page.
-fn next_page(headers: &HeaderMap) -> Option<u32> {
-    headers
-        .get("x-next-page")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// How long a 429 asks to wait: `Retry-After` seconds, else until `RateLimit-Reset` (a Unix
-/// time), else a minute.
-fn rate_limit_wait(headers: &HeaderMap, now_s: u64) -> Duration {
-    let number = |name| {
-        headers
-            .get(name)
-            .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    if let Some(seconds) = number(RETRY_AFTER.as_str()) {
-        return Duration::from_secs(seconds);
-    }
-    if let Some(reset) = number("ratelimit-reset") {
-        return Duration::from_secs(reset.saturating_sub(now_s).max(1));
-    }
-    RATE_LIMIT_DEFAULT_WAIT
-}
-
 /// A 4xx that no retry mends.
 fn refusal(status: StatusCode, runner: u64, body: reqwest::Result<String>) -> HistoryError {
-    let body = body.unwrap_or_default();
-    // Grape's `{"message": ...}`, or the OAuth-style `{"error", "error_description"}` of a
-    // token without the scope.
-    let message = serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|v| match (v["message"].as_str(), v["error"].as_str()) {
-            (Some(message), _) => Some(message.to_string()),
-            (None, Some(error)) => Some(match v["error_description"].as_str() {
-                Some(description) => format!("{error}: {description}"),
-                None => error.to_string(),
-            }),
-            (None, None) => None,
-        })
-        .unwrap_or(body);
+    let message = error_message(&body.unwrap_or_default());
     match status {
         StatusCode::NOT_FOUND => HistoryError::NotFound { runner, message },
         StatusCode::FORBIDDEN => HistoryError::Refused {
@@ -242,31 +188,5 @@ fn refusal(status: StatusCode, runner: u64, body: reqwest::Result<String>) -> Hi
             ),
         },
         _ => HistoryError::Refused { status, message },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use reqwest::header::{HeaderMap, HeaderValue};
-
-    use super::*;
-
-    #[test]
-    fn a_429_waits_as_gitlab_asks_and_a_minute_when_it_does_not_say() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(rate_limit_wait(&headers, 1_000), RATE_LIMIT_DEFAULT_WAIT);
-        headers.insert("ratelimit-reset", HeaderValue::from_static("1030"));
-        assert_eq!(rate_limit_wait(&headers, 1_000), Duration::from_secs(30));
-        headers.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_limit_wait(&headers, 1_000), Duration::from_secs(7));
-    }
-
-    #[test]
-    fn the_backoff_doubles_up_to_a_minute() {
-        let mut backoff = FIRST_BACKOFF;
-        let waits: Vec<u64> = (0..8)
-            .map(|_| next_backoff(&mut backoff).as_secs())
-            .collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
     }
 }

@@ -21,6 +21,8 @@ pub struct PipelineJob {
     /// `job_info.project_id`, as the tracker names projects.
     pub project: String,
     pub place: PipelinePlace,
+    /// The machine class it routed to (`None`: the pool has no classes).
+    pub class: Option<String>,
 }
 
 impl PipelineJob {
@@ -28,11 +30,12 @@ impl PipelineJob {
         Some(Self {
             project: record.project_id?.to_string(),
             place: record.pipeline.clone()?,
+            class: record.class.clone(),
         })
     }
 
     pub fn staged(&self) -> StagedJob<'_> {
-        self.place.staged(&self.project)
+        self.place.staged(&self.project, self.class.as_deref())
     }
 }
 

@@ -68,6 +68,8 @@ pub struct PoolController {
     pub(super) decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
     /// The pool asks for a warm pool its provisioner cannot keep, and that was logged.
     pub(super) warm_pool_refused: std::sync::atomic::AtomicBool,
+    /// Asks GitLab for the stages to come of each pipeline first seen (with an API token).
+    pub(super) lookahead: std::sync::OnceLock<Arc<crate::lookahead::LookAhead>>,
 }
 
 /// How the controller is set up.
@@ -112,6 +114,7 @@ impl PoolController {
             pipelines: Mutex::new(pipelines),
             decisions: std::sync::OnceLock::new(),
             warm_pool_refused: std::sync::atomic::AtomicBool::new(false),
+            lookahead: std::sync::OnceLock::new(),
         });
         // A machine's sidecar starts as soon as the provider says it runs; the pass that made
         // it may still be waiting for the provider's other creates.
@@ -130,6 +133,11 @@ impl PoolController {
     /// Reports every executed plan to `decisions`. Set once.
     pub fn report_decisions_to(&self, decisions: Arc<crate::decisions::Decisions>) {
         let _ = self.decisions.set(decisions);
+    }
+
+    /// Asks `lookahead` about each pipeline first seen. Set once.
+    pub fn look_ahead_with(&self, lookahead: Arc<crate::lookahead::LookAhead>) {
+        let _ = self.lookahead.set(lookahead);
     }
 
     /// The class `m` belongs to (`None`: the pool has no classes). A machine without one

@@ -106,6 +106,7 @@ fn what_was_learned_survives_a_restart() {
         pipeline,
         stage,
         name: stage,
+        class: None,
     };
     for pipeline in 1..=3 {
         let at = pipeline * 30 * MINUTE;

@@ -59,6 +59,18 @@ impl PipelineLearning {
         self.changed = true;
     }
 
+    /// What the look-ahead read from GitLab of a pipeline's stages to come.
+    pub fn announce(
+        &mut self,
+        project: &str,
+        pipeline: u64,
+        stages: Vec<(String, u32)>,
+        at: Millis,
+    ) {
+        self.tracker.announce(project, pipeline, stages, at);
+        self.changed = true;
+    }
+
     /// Writes what was learned when it changed and the last save is `SAVE_EVERY` old (or
     /// `force`, at shutdown). A refused write is retried at the next pass that is due.
     pub fn save(&mut self, store: &dyn Store, pool: &str, now: Millis, force: bool) {
@@ -89,6 +101,13 @@ impl PoolController {
     /// Each arrival goes to the demand of the class the job routes to, and to no other.
     pub(super) fn learn_from_jobs(&self, demand: &mut ClassDemand) {
         let mut learning = self.pipeline_learning();
+        let lookahead = self.lookahead.get();
+        if let Some(lookahead) = lookahead {
+            let now = self.machines.now();
+            for a in lookahead.take_answers(self.pool()) {
+                learning.announce(&a.project.to_string(), a.pipeline, a.stages, now);
+            }
+        }
         for news in self.jobs.take_news(self.pool()) {
             match news {
                 JobNews::Arrived {
@@ -100,6 +119,11 @@ impl PoolController {
                         .as_ref()
                         .is_some_and(|p| learning.tracker.foresees(p.staged()));
                     demand.job_arrived(class.as_deref(), arrival, foreseen);
+                    if let (Some(lookahead), Some(p)) = (lookahead, &pipeline)
+                        && let Ok(project) = p.project.parse()
+                    {
+                        lookahead.ask(self.pool(), project, p.place.pipeline);
+                    }
                 }
                 JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
                 JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),

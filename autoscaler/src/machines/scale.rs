@@ -10,6 +10,7 @@ use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
 use crate::core::demand::{ClassDemand, ClassPass, Forecast, Rises};
 use crate::core::machine::MachineEvent;
+use crate::core::pipelines::ClassScope;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
 
@@ -76,9 +77,10 @@ impl PoolController {
 
     /// The forecast of `class` from its own demand only (`core::demand::ClassDemand`): the jobs
     /// that route to it, the slots in use on its machines and by its waiting jobs, its
-    /// machines' create-to-ready times. The default class holds the buffer and the pipelines'
-    /// next stages, as the idle settings keep its machines ready; the other classes are made
-    /// on demand (they keep only their forecast's timings and window peak).
+    /// machines' create-to-ready times, and the pipelines' next-stage jobs that route to it
+    /// (jobs known to come, held for in every class). The default class alone holds the
+    /// buffer for recent rises and GitLab's reported queue (which names no class), as the
+    /// idle settings keep its machines ready; the other classes are otherwise made on demand.
     fn class_forecast(
         &self,
         demand: &mut ClassDemand,
@@ -86,21 +88,25 @@ impl PoolController {
         pass: &ClassPass<'_>,
     ) -> Forecast {
         let forecast = demand.forecast(class.map(|c| c.name.as_str()), pass);
-        if !self.is_default(class) {
+        let is_default = self.is_default(class);
+        let scope = class.map_or(ClassScope::All, |c| ClassScope::Class {
+            name: &c.name,
+            is_default,
+        });
+        let pipeline_jobs = self
+            .pipeline_learning()
+            .tracker
+            .forecast_for(pass.now, forecast.lead_time, scope)
+            .jobs_due;
+        if !is_default {
             return Forecast {
                 rises: Rises::default(),
-                pipeline_jobs: 0,
+                pipeline_jobs,
                 gitlab_backlog: 0,
                 need_peak: Rises::default(),
                 ..forecast
             };
         }
-        // The pipeline tracker does not know classes: its jobs are held in the default class.
-        let pipeline_jobs = self
-            .pipeline_learning()
-            .tracker
-            .forecast(pass.now, forecast.lead_time)
-            .jobs_due;
         Forecast {
             pipeline_jobs,
             ..forecast

@@ -35,7 +35,7 @@ use crate::upstream::{HttpUpstream, Upstream, UpstreamError};
 mod startup;
 mod tasks;
 
-use startup::{announce, machine_controllers, verify_pool};
+use startup::{announce, look_ahead, machine_controllers, verify_pool};
 use tasks::{drain, maintenance};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +59,8 @@ pub enum ServiceError {
     PoolSetup { pool: String, detail: String },
     #[error("server.tls: {0}")]
     Tls(#[from] crate::tls::TlsError),
+    #[error("cannot make the pipeline look-ahead's HTTP client: {0}")]
+    LookAhead(#[source] reqwest::Error),
     #[error("cannot record the instance id in {path}: {source}")]
     RecordInstanceId {
         path: String,
@@ -187,8 +189,12 @@ pub async fn run_with(
         &clock,
         &metrics,
     )?;
+    let lookahead = look_ahead(&config, &clock)?;
     for controller in &controllers {
         controller.report_decisions_to(decisions.clone());
+        if let Some(lookahead) = &lookahead {
+            controller.look_ahead_with(lookahead.clone());
+        }
     }
     let bound = crate::reload::Bound {
         server: addr,
@@ -227,6 +233,9 @@ pub async fn run_with(
         config.state.dir.join("spool"),
         config.upstream.keepalive_interval,
     );
+    if let Some(lookahead) = lookahead {
+        tasks.spawn(lookahead.run(stop_maintenance.clone()));
+    }
     tasks.spawn(maintenance(
         pools.clone(),
         jobs.clone(),

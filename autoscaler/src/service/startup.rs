@@ -190,3 +190,17 @@ pub(super) fn announce(url: &str, admin: Option<std::net::SocketAddr>) {
     let _ = std::io::stdout().flush();
     tracing::info!(%url, admin = ?admin, "mirrored runner API listening");
 }
+
+/// The pipeline look-ahead, when `[upstream] api_token` is set. Its token is checked by its
+/// own task once running, so that GitLab being slow to answer does not hold the start.
+pub(super) fn look_ahead(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<Arc<crate::lookahead::LookAhead>>, ServiceError> {
+    let Some(token) = &config.upstream.api_token else {
+        return Ok(None);
+    };
+    crate::lookahead::LookAhead::new(&config.upstream.url, token.clone(), clock.clone())
+        .map(Some)
+        .map_err(ServiceError::LookAhead)
+}

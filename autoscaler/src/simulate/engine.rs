@@ -72,6 +72,7 @@ fn staged(label: &Label) -> StagedJob<'_> {
         pipeline: label.pipeline,
         stage: &label.stage,
         name: &label.name,
+        class: None,
     }
 }
 

@@ -118,6 +118,54 @@ pub fn workload_jobs(workload: &Path) -> Result<Vec<DrawnJob>, SimulateError> {
         .collect())
 }
 
+/// A pipeline of a workload as the simulator draws it: when it is created (after the
+/// workload's start), its project, and its stages in order, each job with its run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrawnPipeline {
+    pub after: std::time::Duration,
+    pub project: String,
+    /// (stage, its jobs as (name, run time)), in order.
+    pub stages: Vec<(String, Vec<(String, std::time::Duration)>)>,
+}
+
+/// The pipelines of `workload`, in order of creation: the very pipelines [`simulate`] runs,
+/// so that a real GitLab (or the fake) can run them by stages and the two be compared. Only
+/// stage-ordered pipelines: a job with `needs` is refused, as is a workload with arrivals.
+pub fn workload_pipelines(workload: &Path) -> Result<Vec<DrawnPipeline>, SimulateError> {
+    let load = load::Load::read(workload)?;
+    let refuse = |problem: &str| SimulateError::Invalid {
+        file: workload.to_path_buf(),
+        problems: vec![problem.to_string()],
+    };
+    if !load.jobs.is_empty() {
+        return Err(refuse("arrivals: only pipelines are listed here"));
+    }
+    let ms = std::time::Duration::from_millis;
+    let mut drawn = Vec::with_capacity(load.pipelines.len());
+    for p in &load.pipelines {
+        let mut stages: Vec<(String, Vec<(String, std::time::Duration)>)> = Vec::new();
+        for (i, job) in p.jobs.iter().enumerate() {
+            if stages.last().is_none_or(|(name, _)| *name != job.stage) {
+                stages.push((job.stage.clone(), Vec::new()));
+            }
+            let earlier = i - stages.last().map_or(0, |(_, jobs)| jobs.len());
+            if job.after != (0..earlier).collect::<Vec<_>>() {
+                return Err(refuse(&format!("pipelines: job {:?} has needs", job.name)));
+            }
+            if let Some((_, jobs)) = stages.last_mut() {
+                jobs.push((job.name.clone(), ms(job.runs_for)));
+            }
+        }
+        drawn.push(DrawnPipeline {
+            after: ms(p.created - load.start),
+            project: p.project.clone(),
+            stages,
+        });
+    }
+    drawn.sort_by_key(|p| p.after);
+    Ok(drawn)
+}
+
 fn name_of(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),

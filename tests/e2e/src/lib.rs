@@ -9,7 +9,9 @@ pub mod process;
 pub mod python_runner;
 pub mod recording;
 pub mod replay;
+pub mod replay_pipelines;
 pub mod scrape;
+pub mod simcheck;
 pub mod stack;
 
 /// The sidecar token the autoscaler wrote onto the (only) local machine under `machines_root`.

@@ -139,13 +139,15 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     let r = rig(
         mode.args(),
         "max_machines = 2\ncapacity_per_machine = 1\nmax_use_count = 1\nidle_time = \"12s\"\nstrategy = \"idle\"",
-        "create_rate = 0.05\ncreate_burst = 1",
+        "create_rate = 0.025\ncreate_burst = 1",
         &[],
     )
     .await?;
-    // The busy job holds the only machine the throttle allows for 20 s; the other job is taken
-    // once it runs, so that it is the one waiting.
-    let busy = r.enqueue(r.job(&["echo busy", "sleep 20"])).await?;
+    // The busy job holds the only machine the throttle allows; the other job is taken once it
+    // runs, so that it is the one waiting. The throttle reopens 40 s after the first create
+    // request: its machine's boot (up to 15 s on a busy host) leaves 25 s of that for the
+    // wait, the keep-alives, the cancel and the drop below, and the busy job outlasts it.
+    let busy = r.enqueue(r.job(&["echo busy", "sleep 45"])).await?;
     r.wait_started(busy).await?;
     let before = r
         .gitlab
@@ -160,7 +162,7 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     wait_keepalives(&r, before + 2).await?;
     r.gitlab.control.cancel(waiting).await?;
     // Dropped within a keep-alive or two, while the other job still holds the only machine.
-    // The busy job runs for 20 s: the only job that can have ended this soon is the canceled
+    // The busy job runs for 45 s: the only job that can have ended this soon is the canceled
     // one.
     r.wait_pool("the canceled job dropped", Duration::from_secs(5), |p| {
         p.jobs.get("finished").copied().unwrap_or(0) == 1
@@ -178,7 +180,7 @@ async fn canceled_while_waiting(mode: Mode) -> Result<()> {
     );
     let view = r.gitlab.control.wait_final(busy, WITHIN).await?;
     ensure_success(&view, &r.trace(busy).await?)?;
-    // The throttle opened (20 s) while the busy job ran; its machine then retired (used once):
+    // The throttle opened (40 s) while the busy job ran; its machine then retired (used once):
     // nothing was made for the canceled job.
     let machines = r
         .autoscaler

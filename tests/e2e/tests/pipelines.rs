@@ -4,13 +4,19 @@
 //! jobs wait for machines to boot: nothing foresaw them. From then on the autoscaler knows the
 //! project's shape, and the next pipeline's test jobs find machines ready when they become
 //! pending, made for the reason `pipeline_forecast`.
+//!
+//! With an API token the autoscaler also asks GitLab, when it first sees a pipeline, for the
+//! jobs still `created` in it (the look-ahead): a pipeline whose test stage grew beyond what
+//! was learned finds all its test machines ready, not only the learned count.
+
+use std::path::Path;
 
 use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::counting::WITHIN;
 use e2e::replay::{start_mark_line, started_at, wall_ms};
 use e2e::scrape::Scrape;
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
+use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec, repo_root};
 use fake_gitlab::control::{JobSpec, JobStatus};
 
 /// A machine is reported `creating` this long after its create request, as a cloud's boots.
@@ -31,11 +37,22 @@ const READY_WAIT_S: f64 = 5.0;
 const SCALING: &str =
     "max_machines = 6\ncapacity_per_machine = 1\nidle_time = \"15s\"\ntarget_wait = \"1s\"";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_learned_pipelines_next_stage_finds_its_machines_ready() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let machines_root = dir.path().join("machines");
-    let _cleanup = LocalMachinesGuard {
+/// The access token the look-ahead reads GitLab's pipelines with.
+const API_TOKEN: &str = "glpat-lookahead-e2e";
+
+/// The fake GitLab and an autoscaler with one local pool whose machines boot in
+/// `BOOT_DELAY_S`; with `api_token`, the look-ahead reads GitLab with it. The autoscaler's
+/// debug log goes to `log` when given (to the test's stderr otherwise).
+struct Stack {
+    gitlab: FakeGitLab,
+    autoscaler: Autoscaler,
+    token: String,
+    _cleanup: LocalMachinesGuard,
+}
+
+async fn start(dir: &Path, api_token: Option<&str>, log: Option<&Path>) -> Result<Stack> {
+    let machines_root = dir.join("machines");
+    let cleanup = LocalMachinesGuard {
         root: machines_root.clone(),
     };
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
@@ -48,30 +65,94 @@ async fn a_learned_pipelines_next_stage_finds_its_machines_ready() -> Result<()>
         machines_root.display(),
     );
     gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
+    let upstream = match api_token {
+        Some(token) => {
+            gitlab.control.add_api_token(token, &["read_api"]).await?;
+            format!("api_token = \"{token}\"")
+        }
+        None => String::new(),
+    };
+    let extra = Extra {
+        server: "long_poll_timeout = \"10s\"",
+        upstream: &upstream,
+        log_file: log,
+        ..Extra::default()
+    };
+    let autoscaler = Autoscaler::start_with(
+        &dir.join("autoscaler"),
         &gitlab.url,
         std::slice::from_ref(&pool),
-        "long_poll_timeout = \"10s\"",
+        &extra,
     )
     .await?;
+    Ok(Stack {
+        gitlab,
+        autoscaler,
+        token: pool.upstream_token.clone(),
+        _cleanup: cleanup,
+    })
+}
 
-    let unforeseen = run_pipeline(&gitlab, &pool.upstream_token).await?;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learned_pipelines_next_stage_finds_its_machines_ready() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let stack = start(dir.path(), None, None).await?;
+    let unforeseen = run_pipeline(&stack.gitlab, &stack.token, TESTS).await?;
     eprintln!("first pipeline, test jobs waited (s): {unforeseen:?}");
     ensure!(
         max(&unforeseen) >= BOOT_DELAY_S,
         "with nothing learned, a test job waits for a machine to boot: {unforeseen:?}"
     );
-    wait_for_an_empty_fleet(&autoscaler).await?;
+    wait_for_an_empty_fleet(&stack.autoscaler).await?;
 
-    let foreseen = run_pipeline(&gitlab, &pool.upstream_token).await?;
+    let foreseen = run_pipeline(&stack.gitlab, &stack.token, TESTS).await?;
     eprintln!("second pipeline, test jobs waited (s): {foreseen:?}");
     ensure!(
         max(&foreseen) <= READY_WAIT_S,
         "the learned test stage found its machines ready (each job waited at most \
          {READY_WAIT_S} s): {foreseen:?}"
     );
-    let scrape = Scrape::get(&autoscaler).await?;
+    ensure_made_for_pipelines(&stack.autoscaler).await
+}
+
+/// The second pipeline has four test jobs where the first had two: learned alone, its test
+/// stage would hold two machines and two jobs would wait for a boot; GitLab's created jobs
+/// say four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_a_grown_stage_finds_all_its_machines_ready() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("autoscaler.log");
+    let stack = start(dir.path(), Some(API_TOKEN), Some(&log)).await?;
+    let first = run_pipeline(&stack.gitlab, &stack.token, 2).await?;
+    eprintln!("first pipeline (two test jobs), waited (s): {first:?}");
+    wait_for_an_empty_fleet(&stack.autoscaler).await?;
+
+    let grown = run_pipeline(&stack.gitlab, &stack.token, TESTS).await?;
+    eprintln!("second pipeline ({TESTS} test jobs), waited (s): {grown:?}");
+    let text = std::fs::read_to_string(&log)?;
+    ensure!(
+        max(&grown) <= READY_WAIT_S,
+        "every test job of the grown stage found its machine ready (each waited at most \
+         {READY_WAIT_S} s): {grown:?}\nlook-ahead log lines:\n{}",
+        lines_about_the_look_ahead(&text)
+    );
+    ensure!(
+        text.contains("pipeline look-ahead on"),
+        "the autoscaler checked the token and turned the look-ahead on:\n{}",
+        lines_about_the_look_ahead(&text)
+    );
+    ensure_made_for_pipelines(&stack.autoscaler).await
+}
+
+fn lines_about_the_look_ahead(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains("look-ahead") || l.contains("announced"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn ensure_made_for_pipelines(autoscaler: &Autoscaler) -> Result<()> {
+    let scrape = Scrape::get(autoscaler).await?;
     let made = scrape.sum(
         "autoscaler_scale_actions_total",
         &[("action", "create"), ("reason", "pipeline_forecast")],
@@ -84,9 +165,9 @@ async fn a_learned_pipelines_next_stage_finds_its_machines_ready() -> Result<()>
     Ok(())
 }
 
-/// Runs one pipeline of the project; how long each test job waited from becoming pending
-/// (when the build job ended) to running.
-async fn run_pipeline(gitlab: &FakeGitLab, token: &str) -> Result<Vec<f64>> {
+/// Runs one pipeline of the project with `tests` test jobs; how long each test job waited from
+/// becoming pending (when the build job ended) to running.
+async fn run_pipeline(gitlab: &FakeGitLab, token: &str, tests: usize) -> Result<Vec<f64>> {
     let job = |stage: &str, name: String, script: &[&str]| {
         let mut spec = JobSpec::new(token, script);
         spec.stage = stage.into();
@@ -96,8 +177,8 @@ async fn run_pipeline(gitlab: &FakeGitLab, token: &str) -> Result<Vec<f64>> {
     };
     let build = job("build", "compile".into(), &[&format!("sleep {BUILD_S}")]);
     let mark = start_mark_line();
-    let tests = (1..=TESTS)
-        .map(|i| job("test", format!("unit {i}/{TESTS}"), &[&mark, "sleep 3"]))
+    let tests = (1..=tests)
+        .map(|i| job("test", format!("unit {i}/{tests}"), &[&mark, "sleep 3"]))
         .collect();
     let pipeline = gitlab
         .control

@@ -3,14 +3,16 @@
 //! sidecars running `sleep`) and through `autoscaler simulate` with the same pool settings and
 //! boot model; job waits (p50, p95) and machines created must agree.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
-use e2e::process::binary;
-use e2e::replay::{MachineWatch, ReadyMachine, percentile, replay};
+use e2e::replay::{MachineWatch, percentile, replay};
+use e2e::simcheck::{
+    Figures, agree, boot_range, max, min, print_boot_parts, print_table, replayed_boots, rounded,
+    simulate_pool, sorted,
+};
 use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
 
 /// A burst of 24 jobs (more than the pool's 16 slots at once), a trickle of 6 while its
@@ -48,12 +50,6 @@ const CREATE_LIMITS: &str = "create_rate = 1.0\ncreate_burst = 5";
 /// The local provisioner reports a machine `creating` this long after its create request, as
 /// a cloud's machine boots.
 const BOOT_DELAY_S: f64 = 4.0;
-
-/// Agreement: within 20 % of the simulated figure or 2 s, whichever is larger, for p50 and p95;
-/// machines created within 20 % or 1 machine.
-fn close_enough(real: f64, simulated: f64, floor: f64) -> bool {
-    (real - simulated).abs() <= (0.2 * simulated).max(floor)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Result<()> {
@@ -133,16 +129,7 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         rounded(&boots)
     );
     print_boot_parts(&ready);
-    let replayed_boots = boots
-        .iter()
-        .map(|b| format!("\"{}ms\"", (b * 1000.0).round()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let simulated = simulate_with(
-        dir.path(),
-        &workload,
-        &format!("boot_times = [{replayed_boots}]"),
-    )?;
+    let simulated = simulate_with(dir.path(), &workload, &replayed_boots(&ready))?;
     // For comparison only: boots drawn uniformly from the measured range, and from the delay
     // plus a guessed 3-5 s.
     let uniform = simulate_with(dir.path(), &workload, &boot_range(low, high))?;
@@ -151,112 +138,22 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         &workload,
         &boot_range(BOOT_DELAY_S + 3.0, BOOT_DELAY_S + 5.0),
     )?;
-
-    eprintln!("                   real  simulated | uniform {low:.1}-{high:.1} s | delay + 3-5 s");
-    let row = |what: &str, f: fn(&Figures) -> f64| {
-        eprintln!(
-            "{what:<16} {:>6.1} {:>10.1} | {:>17.1} | {:>13.1}",
-            f(&real),
-            f(&simulated),
-            f(&uniform),
-            f(&guessed)
-        );
-    };
-    row("wait p50 (s)", |f| f.p50);
-    row("wait p95 (s)", |f| f.p95);
-    row("machines created", |f| f.machines);
+    print_table(
+        &real,
+        &simulated,
+        &[
+            (&format!("uniform {low:.1}-{high:.1} s"), uniform),
+            ("delay + 3-5 s", guessed),
+        ],
+    );
     ensure!(
-        close_enough(real.p50, simulated.p50, 2.0)
-            && close_enough(real.p95, simulated.p95, 2.0)
-            && close_enough(real.machines, simulated.machines, 1.0),
+        agree(&real, &simulated),
         "the simulator disagrees with the real service: real {real:?}, simulated {simulated:?}"
     );
     Ok(())
 }
 
-#[derive(Debug)]
-struct Figures {
-    p50: f64,
-    p95: f64,
-    machines: f64,
-}
-
-fn boot_range(low: f64, high: f64) -> String {
-    format!(
-        "boot_time = [\"{}ms\", \"{}ms\"]",
-        (low * 1000.0).round(),
-        (high * 1000.0).round()
-    )
-}
-
-/// Simulates `workload` on a policy file of the service's pool settings and the `boot` line.
+/// Simulates `workload` with the service's pool settings and the `boot` line.
 fn simulate_with(dir: &Path, workload: &Path, boot: &str) -> Result<Figures> {
-    let policy = dir.join("policy.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[[pools]]\nname = \"default\"\n\n[pools.scaling]\n{SCALING}\n\n\
-             [pools.provisioner]\n{boot}\n{CREATE_LIMITS}\n"
-        ),
-    )?;
-    simulate(workload, &policy)
-}
-
-/// Where the machines' create-to-ready went, state by state (fastest and slowest machine).
-fn print_boot_parts(ready: &[ReadyMachine]) {
-    let mut parts: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    for m in ready {
-        for (state, seconds) in &m.parts {
-            parts.entry(state).or_default().push(*seconds);
-        }
-    }
-    for (state, seconds) in parts {
-        eprintln!(
-            "  in {state:<10} {:.1}-{:.1} s",
-            min(&seconds),
-            max(&seconds)
-        );
-    }
-}
-
-fn min(values: &[f64]) -> f64 {
-    values.iter().copied().fold(f64::INFINITY, f64::min)
-}
-
-fn max(values: &[f64]) -> f64 {
-    values.iter().copied().fold(0.0, f64::max)
-}
-
-/// `autoscaler simulate WORKLOAD --policy FILE`: its report's totals.
-fn simulate(workload: &Path, policy: &Path) -> Result<Figures> {
-    let output = std::process::Command::new(binary("autoscaler")?)
-        .arg("simulate")
-        .arg(workload)
-        .arg("--policy")
-        .arg(policy)
-        .output()?;
-    ensure!(
-        output.status.success(),
-        "autoscaler simulate failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    // The report's top level is the total over pools.
-    let total = &report;
-    let number = |v: &serde_json::Value| v.as_f64().context("not a number in the report");
-    Ok(Figures {
-        p50: number(&total["wait_seconds"]["p50"])?,
-        p95: number(&total["wait_seconds"]["p95"])?,
-        machines: number(&total["machines_created"])?,
-    })
-}
-
-fn rounded(values: &[f64]) -> Vec<f64> {
-    values.iter().map(|v| (v * 10.0).round() / 10.0).collect()
-}
-
-fn sorted(values: &[f64]) -> Vec<f64> {
-    let mut s = rounded(values);
-    s.sort_by(f64::total_cmp);
-    s
+    simulate_pool(dir, workload, SCALING, CREATE_LIMITS, boot)
 }

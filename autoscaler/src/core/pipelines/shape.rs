@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::{MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
+use super::{ClassScope, MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
 use crate::core::Millis;
 
 /// The last [`RECENT_PIPELINES`] observations of one figure, one per pipeline: a pipeline that
@@ -54,6 +54,10 @@ pub struct StageShape {
 struct NextStage {
     name: String,
     jobs: Recent<u32>,
+    /// Its jobs per machine class in its latest run (empty: none had a class). Shapes saved
+    /// before classes were learned read as empty.
+    #[serde(default)]
+    classes: BTreeMap<String, u32>,
 }
 
 impl StageShape {
@@ -72,6 +76,34 @@ impl StageShape {
         self.next.as_ref()?.jobs.median()
     }
 
+    /// How many of the next stage's usual jobs are in `scope`: its usual count in the shares
+    /// its classes had in its latest run, rounded up (a class with one job of eight holds a
+    /// slot for it). A stage whose classes were never seen counts whole in the default class.
+    pub fn next_stage_jobs_in(&self, scope: ClassScope<'_>) -> Option<u32> {
+        let jobs = self.next_stage_jobs()?;
+        Some(self.share_in(scope, self.next.as_ref().map(|n| n.name.as_str()), jobs))
+    }
+
+    /// The share of `jobs` of stage `next` that is in `scope`: the shares of the classes of
+    /// the stage learned to follow, when that is `next`; otherwise, or with no class seen,
+    /// all of them in the default class.
+    pub fn share_in(&self, scope: ClassScope<'_>, next: Option<&str>, jobs: u32) -> u32 {
+        let ClassScope::Class { name, is_default } = scope else {
+            return jobs;
+        };
+        let learned = self.next.as_ref().filter(|n| Some(n.name.as_str()) == next);
+        let seen: u32 = learned.map_or(0, |n| n.classes.values().sum());
+        if seen == 0 {
+            return if is_default { jobs } else { 0 };
+        }
+        let mine = learned
+            .and_then(|n| n.classes.get(name))
+            .copied()
+            .unwrap_or(0);
+        let share = (u64::from(jobs) * u64::from(mine)).div_ceil(u64::from(seen));
+        u32::try_from(share).unwrap_or(u32::MAX)
+    }
+
     /// Whether `name` is the stage learned to follow, with its duration and job count known.
     pub fn is_followed_by(&self, name: &str) -> bool {
         self.next.as_ref().is_some_and(|n| n.name == name)
@@ -86,14 +118,17 @@ impl StageShape {
             self.next = Some(NextStage {
                 name: name.to_string(),
                 jobs: Recent::default(),
+                classes: BTreeMap::new(),
             });
         }
     }
 
-    /// The stage after this one, named `name`, had `jobs` jobs started in `pipeline`.
-    fn next_stage_had(&mut self, name: &str, pipeline: u64, jobs: u32) {
+    /// The stage after this one, named `name`, had the jobs of `run` started in `pipeline`.
+    fn next_stage_had(&mut self, name: &str, pipeline: u64, run: &StageRun) {
         if let Some(next) = self.next.as_mut().filter(|n| n.name == name) {
+            let jobs = u32::try_from(run.jobs.len()).unwrap_or(u32::MAX);
             next.jobs.record(pipeline, jobs);
+            next.classes.clone_from(&run.classes);
         }
     }
 }
@@ -108,6 +143,9 @@ pub struct StageRun {
     pub running: u32,
     /// The names of its jobs started (a retried job counts once).
     pub(super) jobs: BTreeSet<String>,
+    /// How many of those routed to each machine class.
+    #[serde(default)]
+    classes: BTreeMap<String, u32>,
 }
 
 /// A pipeline in flight.
@@ -119,9 +157,32 @@ pub struct Run {
     stages: Vec<StageRun>,
     /// The latest end of one of its jobs.
     last_end: Option<Millis>,
+    /// Its stages still to come as GitLab listed them (its `created` jobs, by stage in
+    /// pipeline order), when the look-ahead asked: exact, where the shape is a median.
+    #[serde(default)]
+    announced: Option<Vec<(String, u32)>>,
 }
 
 impl Run {
+    /// The stage GitLab announced to come next, with its job count: the first announced
+    /// stage not started yet. `None`: nothing was announced; `Some(None)`: nothing comes.
+    pub fn announced_next(&self) -> Option<Option<(&str, u32)>> {
+        let announced = self.announced.as_ref()?;
+        Some(
+            announced
+                .iter()
+                .find(|(name, _)| self.stages.iter().all(|s| &s.name != name))
+                .map(|(name, jobs)| (name.as_str(), *jobs)),
+        )
+    }
+
+    /// Whether GitLab announced `stage` among this pipeline's stages to come.
+    pub fn announced(&self, stage: &str) -> bool {
+        self.announced
+            .as_ref()
+            .is_some_and(|a| a.iter().any(|(name, _)| name == stage))
+    }
+
     /// The stage that started last.
     pub fn current_stage(&self) -> Option<&StageRun> {
         self.stages.last()
@@ -179,6 +240,7 @@ impl ProjectShape {
                     started_at: at,
                     running: 0,
                     jobs: BTreeSet::new(),
+                    classes: BTreeMap::new(),
                 });
                 if let Some(previous) = previous {
                     self.learn_transition(&previous, job.stage, release, job.pipeline, at);
@@ -189,18 +251,28 @@ impl ProjectShape {
         };
         let stage = &mut self.runs[index].stages[position];
         stage.running += 1;
-        if stage.jobs.len() < MAX_JOBS_PER_STAGE {
-            stage.jobs.insert(job.name.to_string());
+        if stage.jobs.len() < MAX_JOBS_PER_STAGE
+            && stage.jobs.insert(job.name.to_string())
+            && let Some(class) = job.class
+        {
+            *stage.classes.entry(class.to_string()).or_default() += 1;
         }
-        let jobs = u32::try_from(stage.jobs.len()).unwrap_or(u32::MAX);
         let previous = position
             .checked_sub(1)
             .map(|p| self.runs[index].stages[p].name.clone());
         if let Some(previous) = previous
             && let Some(shape) = self.stages.get_mut(&previous)
         {
-            shape.next_stage_had(job.stage, job.pipeline, jobs);
+            shape.next_stage_had(job.stage, job.pipeline, &self.runs[index].stages[position]);
         }
+    }
+
+    /// GitLab lists `stages` (name, jobs `created`) as still to come in `pipeline`.
+    pub fn announce(&mut self, pipeline: u64, stages: Vec<(String, u32)>, at: Millis) {
+        let index = self.run_index(pipeline, at);
+        let mut stages = stages;
+        stages.truncate(MAX_STAGES);
+        self.runs[index].announced = Some(stages);
     }
 
     pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
@@ -269,6 +341,7 @@ impl ProjectShape {
             last_seen: at,
             stages: Vec::new(),
             last_end: None,
+            announced: None,
         });
         self.runs.len() - 1
     }

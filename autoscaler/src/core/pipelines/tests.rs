@@ -21,6 +21,7 @@ fn job<'a>(project: &'a str, pipeline: u64, stage: &'a str, name: &'a str) -> St
         pipeline,
         stage,
         name,
+        class: None,
     }
 }
 
@@ -244,4 +245,82 @@ fn memory_is_bounded_and_the_least_recently_seen_go() {
         .find(|r| r.pipeline == 999)
         .unwrap();
     assert_eq!(run.current_stage().unwrap().jobs.len(), MAX_JOBS_PER_STAGE);
+}
+
+#[test]
+fn each_class_holds_for_the_next_stage_jobs_that_route_to_it() {
+    // Six test jobs route to `small` and two to `large` (say, the integration tests).
+    let mut t = PipelineTracker::default();
+    let mut at = 0;
+    for id in 1..=3 {
+        let build = StagedJob {
+            class: Some("small"),
+            ..job("app", id, "build", "compile")
+        };
+        t.job_started(build, at);
+        at += 5 * MINUTE;
+        t.job_ended(build, at);
+        for n in 0..8 {
+            let name = format!("test {n}");
+            let class = if n < 6 { "small" } else { "large" };
+            let test = StagedJob {
+                class: Some(class),
+                ..job("app", id, "test", &name)
+            };
+            t.job_started(test, at);
+            t.job_ended(test, at + MINUTE);
+        }
+        at += MINUTE;
+    }
+    t.job_started(
+        StagedJob {
+            class: Some("small"),
+            ..job("app", 4, "build", "compile")
+        },
+        at,
+    );
+    let due = |scope| t.forecast_for(at + 5 * MINUTE, LEAD, scope).jobs_due;
+    let class = |name, is_default| ClassScope::Class { name, is_default };
+    assert_eq!(due(class("small", true)), 6);
+    assert_eq!(due(class("large", false)), 2);
+    assert_eq!(due(class("gpu", false)), 0);
+    assert_eq!(due(ClassScope::All), 8);
+}
+
+#[test]
+fn a_stage_learned_without_classes_is_held_in_the_default_class() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    let due = |scope| t.forecast_for(start + 5 * MINUTE, LEAD, scope).jobs_due;
+    let class = |name, is_default| ClassScope::Class { name, is_default };
+    assert_eq!(due(class("small", true)), 8);
+    assert_eq!(due(class("large", false)), 0);
+}
+
+#[test]
+fn what_gitlab_announces_replaces_the_learned_count() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    // This pipeline's rules added three test jobs, and a stage the shape never saw.
+    let announced = vec![("test".to_string(), 11), ("deploy".to_string(), 2)];
+    t.announce("app", 4, announced, start);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    assert_eq!(t.forecast(start + 5 * MINUTE - LEAD, LEAD).jobs_due, 11);
+    assert!(t.foresees(job("app", 4, "test", "test 10")));
+    // The next stage after the tests is the deploy GitLab announced.
+    end_stage(&mut t, "app", 4, FANOUT[0], start + 5 * MINUTE);
+    start_stage(&mut t, "app", 4, FANOUT[1], start + 5 * MINUTE);
+    assert_eq!(t.forecast(start + 15 * MINUTE - LEAD, LEAD).jobs_due, 2);
+}
+
+#[test]
+fn a_pipeline_gitlab_announces_nothing_for_holds_nothing() {
+    // A pipeline of one stage this time (say, a scheduled lint): the shape's eight test jobs
+    // never come.
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT);
+    t.announce("app", 4, Vec::new(), start);
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    assert_eq!(t.forecast(start + 5 * MINUTE - LEAD, LEAD).jobs_due, 0);
 }

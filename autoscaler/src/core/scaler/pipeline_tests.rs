@@ -101,6 +101,7 @@ fn a_learned_pipeline_makes_machines_one_lead_time_ahead() {
         pipeline,
         stage,
         name,
+        class: None,
     };
     let tests: Vec<String> = (1..=8).map(|i| format!("test {i}/8")).collect();
     let mut at = 0;

@@ -1,0 +1,90 @@
+//! What a pass gives up: machines retired (used up or too old) and idle machines the pool no
+//! longer needs, each with its reason.
+
+use super::{MachineView, Reason, Retire, ScalePlan, ScalePolicy, Strategy, warm};
+use crate::core::Millis;
+use crate::core::demand::{self, Forecast};
+use crate::core::machine::MachineState;
+
+/// Machines used up or too old: destroyed when idle (or drained and idle), drained when busy.
+pub(super) fn retirements(
+    machines: &[MachineView],
+    p: &ScalePolicy,
+    now: Millis,
+) -> (Vec<Retire>, Vec<Retire>) {
+    let (mut drain, mut destroy) = (Vec::new(), Vec::new());
+    for m in machines {
+        let idle = m.running_jobs == 0;
+        if m.state.takes_jobs()
+            && let Some((reason, detail)) = p.retirement(m, now)
+        {
+            let retire = Retire {
+                id: m.id.clone(),
+                reason,
+                detail,
+            };
+            if idle {
+                destroy.push(retire);
+            } else {
+                drain.push(retire);
+            }
+        } else if m.state == MachineState::Draining && idle {
+            destroy.push(Retire {
+                id: m.id.clone(),
+                reason: Reason::Drained,
+                detail: "drained".into(),
+            });
+        }
+    }
+    (drain, destroy)
+}
+
+/// Idle reclaim: the longest-idle first, while the rest still covers what is wanted. An idle
+/// machine is surplus after `idle_time` (idle strategy) or after the demand-aware grace; with
+/// a billing period it then waits for the end of the period it is paid for. While the warm
+/// pool has room (`room`), such a machine is stopped instead of destroyed.
+pub(super) fn reclaim_idle(
+    plan: &mut ScalePlan,
+    serving: &[&MachineView],
+    p: &ScalePolicy,
+    forecast: &Forecast,
+    now: Millis,
+    (mut spare, room): (u32, &mut warm::StopRoom<'_>),
+) {
+    let (grace, reason) = match p.strategy {
+        Strategy::Idle => (p.idle_time, Reason::IdleTimeout),
+        Strategy::Demand => (forecast.surplus_grace, Reason::DemandFell),
+    };
+    let reason = if p.billing_period > 0 {
+        Reason::BillingPeriodEnd
+    } else {
+        reason
+    };
+    let mut idle: Vec<&&MachineView> = serving
+        .iter()
+        .filter(|m| m.state == MachineState::Ready && m.running_jobs == 0)
+        .filter(|m| now.saturating_sub(m.idle_since) >= grace)
+        .filter(|m| demand::near_period_end(m.created_at, p.billing_period, now))
+        .collect();
+    idle.sort_by_key(|m| m.idle_since);
+    for m in idle {
+        let slots = p.free_slots(m);
+        if slots > spare {
+            break;
+        }
+        spare -= slots;
+        if room.stops(slots) {
+            plan.stop.push(warm::stop(m, now));
+            continue;
+        }
+        plan.destroy.push(Retire {
+            id: m.id.clone(),
+            reason,
+            detail: format!(
+                "idle for {} s (after {} s an idle machine not needed goes)",
+                now.saturating_sub(m.idle_since) / 1000,
+                grace / 1000
+            ),
+        });
+    }
+}

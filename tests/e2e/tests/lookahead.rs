@@ -1,0 +1,175 @@
+//! The pipeline look-ahead's calls against the fake GitLab's pipelines, as GitLab answers them:
+//! the stages still to come of a pipeline (its `created` jobs), which shrink as the pipeline
+//! runs; the token's scopes; and the refusals a wrong token or project gets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use autoscaler::clock::SystemClock;
+use autoscaler::lookahead::{ApiClient, ApiError, LookAhead, reads_the_api, stages_to_come};
+use autoscaler::secret::Secret;
+use e2e::stack::FakeGitLab;
+use fake_gitlab::control::JobSpec;
+use serde_json::json;
+
+const PROJECT: u64 = 42;
+const READER: &str = "glpat-reader";
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn client(gitlab: &FakeGitLab, token: &str) -> Result<ApiClient> {
+    Ok(ApiClient::new(
+        &gitlab.url.parse()?,
+        Secret::new(token),
+        TIMEOUT,
+    )?)
+}
+
+/// A pipeline of a build, four tests and two deploys for the runner `token`; its id and build
+/// job's id.
+async fn pipeline(gitlab: &FakeGitLab, token: &str) -> Result<(u64, u64)> {
+    let job = |stage: &str, name: String| {
+        let mut spec = JobSpec::new(token, &["true"]);
+        spec.stage = stage.into();
+        spec.name = name;
+        spec.project_id = PROJECT;
+        spec
+    };
+    let stages = vec![
+        vec![job("build", "compile".into())],
+        (1..=4)
+            .map(|i| job("test", format!("unit {i}/4")))
+            .collect(),
+        vec![
+            job("deploy", "package".into()),
+            job("deploy", "publish".into()),
+        ],
+    ];
+    let created = gitlab.control.create_pipeline(stages).await?;
+    Ok((created.id, created.stages[0][0].id))
+}
+
+/// Takes the build job as a runner would and reports it passed.
+async fn pass_build(gitlab: &FakeGitLab, token: &str, build: u64) -> Result<()> {
+    let http = reqwest::Client::new();
+    let taken: serde_json::Value = http
+        .post(format!("{}/api/v4/jobs/request", gitlab.url))
+        .json(&json!({"token": token, "info": {"features": {}}}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    ensure!(
+        taken["id"] == json!(build),
+        "the build was handed out: {taken}"
+    );
+    let job_token = taken["token"].as_str().unwrap_or_default();
+    http.put(format!("{}/api/v4/jobs/{build}", gitlab.url))
+        .json(&json!({"token": job_token, "state": "success", "exit_code": 0}))
+        .send()
+        .await?
+        .error_for_status()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_stages_to_come_shrink_as_the_pipeline_runs() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let runner = "glrt-lookahead-runner";
+    gitlab.add_runner(runner).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    let api = client(&gitlab, READER)?;
+    ensure!(reads_the_api(&api.token_scopes(0).await?));
+
+    let (id, build) = pipeline(&gitlab, runner).await?;
+    let to_come = stages_to_come(&api.created_jobs(PROJECT, id, 0).await?);
+    let expected = vec![("test".to_string(), 4), ("deploy".to_string(), 2)];
+    ensure!(to_come == expected, "while the build waits: {to_come:?}");
+
+    pass_build(&gitlab, runner, build).await?;
+    let to_come = stages_to_come(&api.created_jobs(PROJECT, id, 0).await?);
+    ensure!(
+        to_come == vec![("deploy".to_string(), 2)],
+        "once the tests are pending: {to_come:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_token_scope_or_project_is_refused_as_gitlab_refuses_it() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let runner = "glrt-lookahead-refusals";
+    gitlab.add_runner(runner).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    gitlab
+        .control
+        .add_api_token("glpat-registry", &["read_registry"])
+        .await?;
+    let (id, _) = pipeline(&gitlab, runner).await?;
+
+    let unknown = client(&gitlab, "glpat-unknown")?.token_scopes(0).await;
+    ensure!(
+        matches!(&unknown, Err(ApiError::Refused { status, .. }) if status.as_u16() == 401),
+        "{unknown:?}"
+    );
+    let narrow = client(&gitlab, "glpat-registry")?;
+    ensure!(!reads_the_api(&narrow.token_scopes(0).await?));
+    let denied = narrow.created_jobs(PROJECT, id, 0).await;
+    ensure!(
+        matches!(&denied, Err(ApiError::Refused { status, .. }) if status.as_u16() == 403),
+        "{denied:?}"
+    );
+    let elsewhere = client(&gitlab, READER)?
+        .created_jobs(PROJECT + 1, id, 0)
+        .await;
+    ensure!(
+        matches!(elsewhere, Err(ApiError::NotFound { .. })),
+        "{elsewhere:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_look_ahead_answers_each_pool_off_its_path() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let runner = "glrt-lookahead-service";
+    gitlab.add_runner(runner).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    let (first, _) = pipeline(&gitlab, runner).await?;
+    let (second, _) = pipeline(&gitlab, runner).await?;
+
+    let url = gitlab.url.parse()?;
+    let lookahead = LookAhead::new(&url, Secret::new(READER), Arc::new(SystemClock))?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(lookahead.clone().run(stop.clone()));
+    // The worker answers in order: a second answer about the first pipeline would come before
+    // the one about the second.
+    for id in [first, first, second] {
+        lookahead.ask("linux", PROJECT, id);
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut answers = Vec::new();
+    while answers
+        .last()
+        .is_none_or(|a: &autoscaler::lookahead::Announcement| a.pipeline != second)
+        && tokio::time::Instant::now() < deadline
+    {
+        let taken = lookahead.take_answers("linux");
+        if taken.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        answers.extend(taken);
+    }
+    stop.cancel();
+    worker.await?;
+    let pipelines: Vec<u64> = answers.iter().map(|a| a.pipeline).collect();
+    ensure!(
+        pipelines == vec![first, second],
+        "each pipeline answered once: {answers:?}"
+    );
+    let expected = vec![("test".to_string(), 4), ("deploy".to_string(), 2)];
+    ensure!(answers.iter().all(|a| a.stages == expected), "{answers:?}");
+    ensure!(lookahead.take_answers("other").is_empty());
+    Ok(())
+}

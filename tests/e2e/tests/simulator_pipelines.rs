@@ -1,0 +1,148 @@
+//! The simulator checked against the real service on pipelines: one project's pipelines (a
+//! build job, then three test jobs) are created in the fake GitLab at the workload's times, and
+//! the fake releases each test stage when its build succeeds, as GitLab does. They run through
+//! the real processes (autoscaler, local provisioner with an injected boot delay, built-in
+//! sidecars running `sleep`) and through `autoscaler simulate` with the same pool settings and
+//! the boots the service's machines took; job waits (p50, p95) and machines created must agree
+//! as on the bursty workload (`simulator.rs`). The pipeline forecast learns the project's shape
+//! in both from the first pipeline on.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use e2e::LocalMachinesGuard;
+use e2e::replay::{MachineWatch, percentile};
+use e2e::replay_pipelines::replay_pipelines;
+use e2e::simcheck::{Figures, agree, print_table, replayed_boots, rounded, simulate_pool, sorted};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
+
+/// Six pipelines over 140 s; each a 15-20 s build, then three 4-8 s test jobs.
+const WORKLOAD: &str = "description = \"a project's pipelines: a build, then three tests\"
+start = \"2026-11-24T09:00:00Z\"
+length = \"180s\"
+seed = 11
+
+[[pipelines]]
+project = \"app\"
+
+[[pipelines.windows]]
+from = \"0s\"
+to = \"140s\"
+pipelines = 6
+
+[[pipelines.stages]]
+name = \"build\"
+jobs = [\"compile\"]
+duration = [\"15s\", \"20s\"]
+
+[[pipelines.stages]]
+name = \"test\"
+jobs = 3
+duration = [\"4s\", \"8s\"]
+";
+
+/// The pool's `[pools.scaling]`, the same in the service's configuration and the policy file.
+/// The target asks for waits under the boot, so that the pipeline forecast makes machines.
+const SCALING: &str =
+    "max_machines = 8\ncapacity_per_machine = 1\nidle_time = \"10s\"\ntarget_wait = \"1s\"";
+
+const CREATE_LIMITS: &str = "create_rate = 1.0\ncreate_burst = 5";
+
+/// The local provisioner reports a machine `creating` this long after its create request.
+const BOOT_DELAY_S: f64 = 4.0;
+
+/// The fake GitLab's access token the test reads the jobs' pending times with (the
+/// autoscaler has none: the simulator does not model the look-ahead).
+const API_TOKEN: &str = "glpat-simulator-check";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_simulator_agrees_with_the_real_service_on_pipelines() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let workload = dir.path().join("workload.toml");
+    std::fs::write(&workload, WORKLOAD)?;
+    let pipelines = autoscaler::simulate::workload_pipelines(&workload)?;
+    ensure!(
+        pipelines.len() == 6,
+        "the workload has {} pipelines",
+        pipelines.len()
+    );
+
+    let machines_root = dir.path().join("machines");
+    // Dropped after the autoscaler: whatever machines remain then go.
+    let _cleanup = LocalMachinesGuard {
+        root: machines_root.clone(),
+    };
+    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    gitlab
+        .control
+        .add_api_token(API_TOKEN, &["read_api"])
+        .await?;
+    let mut pool = PoolSpec::new("local");
+    pool.tail = format!(
+        "[pools.provisioner]\ncommand = \"{}\"\n{CREATE_LIMITS}\nreconcile_interval = \"1s\"\n\
+         env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\" }}\n\n\
+         [pools.scaling]\n{SCALING}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
+        repo_root().join("provisioners/local/provisioner").display(),
+        machines_root.display(),
+    );
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let autoscaler = Autoscaler::start(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"10s\"",
+    )
+    .await?;
+    let watch = MachineWatch::default();
+    let following = watch.follow(&autoscaler);
+    let runs = replay_pipelines(
+        &gitlab,
+        &pool.upstream_token,
+        API_TOKEN,
+        &pipelines,
+        Duration::from_secs(120),
+    )
+    .await?;
+    following.abort();
+
+    let waits: Vec<f64> = runs.iter().map(|j| j.wait_s()).collect();
+    let tests: Vec<f64> = runs
+        .iter()
+        .filter(|j| j.stage == "test")
+        .map(|j| j.wait_s())
+        .collect();
+    let ready = watch.ready_machines();
+    ensure!(!ready.is_empty(), "no machine became ready");
+    let real = Figures {
+        p50: percentile(&waits, 0.50),
+        p95: percentile(&waits, 0.95),
+        machines: ready.len() as f64,
+    };
+    eprintln!(
+        "jobs: {}, waits (s) sorted: {:?}",
+        waits.len(),
+        sorted(&waits)
+    );
+    eprintln!("test jobs' waits (s), in order: {:?}", rounded(&tests));
+    let boots: Vec<f64> = ready.iter().map(|m| m.create_to_ready_s).collect();
+    eprintln!(
+        "create to ready (s), in creation order: {:?}",
+        rounded(&boots)
+    );
+
+    // The boots the service's machines took, replayed (see simulator.rs).
+    let simulated = simulate_with(dir.path(), &workload, &replayed_boots(&ready))?;
+    print_table(&real, &simulated, &[]);
+    ensure!(
+        agree(&real, &simulated),
+        "the simulator disagrees with the real service on pipelines: real {real:?}, simulated \
+         {simulated:?}"
+    );
+    Ok(())
+}
+
+/// Simulates `workload` with the service's pool settings and the `boot` line.
+fn simulate_with(dir: &Path, workload: &Path, boot: &str) -> Result<Figures> {
+    simulate_pool(dir, workload, SCALING, CREATE_LIMITS, boot)
+}
