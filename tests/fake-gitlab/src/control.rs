@@ -90,8 +90,9 @@ async fn add_registration_token(State(shared): State<Arc<Shared>>, body: Bytes) 
     (StatusCode::CREATED, Json(json!({ "token": new.token }))).into_response()
 }
 
-/// `POST /control/api_tokens` `{"token": "...", "scopes": ["read_api"]}`: an access token the
-/// REST API (`GET /api/v4/runners/:id/jobs`) accepts, with its scopes.
+/// `POST /control/api_tokens` `{"token": "...", "scopes": ["read_api"], "name": "..."}`: an
+/// access token the REST API (`/api/v4/runners/:id/jobs`, `/api/v4/projects/:id/pipelines/
+/// :pipeline_id/jobs`, `/api/v4/personal_access_tokens/self`) accepts, with its scopes.
 async fn add_api_token(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let new: NewApiToken = match parse(&body) {
         Ok(new) => new,
@@ -100,7 +101,8 @@ async fn add_api_token(State(shared): State<Arc<Shared>>, body: Bytes) -> Respon
     if new.token.is_empty() {
         return error(StatusCode::BAD_REQUEST, "token is missing");
     }
-    shared.mutate(|s| s.add_api_token(&new.token, &new.scopes));
+    let now = std::time::SystemTime::now();
+    shared.mutate(|s| s.add_api_token(&new.token, new.name.as_deref(), &new.scopes, now));
     (StatusCode::CREATED, Json(json!({ "token": new.token }))).into_response()
 }
 

@@ -48,6 +48,11 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
             get(runners::router_discovery),
         )
         .route("/api/v4/runners/{id}/jobs", get(rest::runner_jobs))
+        .route(
+            "/api/v4/projects/{id}/pipelines/{pipeline_id}/jobs",
+            get(rest::pipeline_jobs),
+        )
+        .route("/api/v4/personal_access_tokens/self", get(rest::token_self))
         .route("/api/v4/jobs/request", post(jobs::request))
         .route("/api/v4/jobs/{id}", put(jobs::update))
         .route("/api/v4/jobs/{id}/trace", patch(trace::append))

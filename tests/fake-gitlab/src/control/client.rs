@@ -135,6 +135,7 @@ impl Client {
         let body = NewApiToken {
             token: token.to_owned(),
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            name: None,
         };
         let _: serde_json::Value = self
             .post_json("/api_tokens", &body, StatusCode::CREATED)

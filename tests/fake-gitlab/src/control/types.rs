@@ -157,6 +157,9 @@ pub struct NewApiToken {
     pub token: String,
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// What `GET /api/v4/personal_access_tokens/self` calls it; default `api-token-<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Answer to `POST /control/jobs/:id/cancel`.

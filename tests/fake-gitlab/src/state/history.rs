@@ -1,42 +1,32 @@
-//! What GitLab's REST API tells a reader with an API token about a runner's past jobs
-//! (`GET /api/v4/runners/:id/jobs`): the jobs' wall-clock times, stamped as their states
-//! change, and the tokens that may read them with their scopes.
+//! What GitLab's REST API tells a reader with an API token about past jobs: the jobs'
+//! wall-clock times, stamped as their states change, and which jobs reached a runner
+//! (`GET /api/v4/runners/:id/jobs`). The entities are rendered in `entities`.
 
-use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use serde_json::{Value, json};
-
 use super::State;
+use super::api_tokens::ApiRefusal;
 
 /// When a job was created, became pending (a later stage's job waits `created` first: GitLab's
 /// `queued_at`), started running and finished, as GitLab records them.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct JobTimes {
-    created: SystemTime,
-    queued: Option<SystemTime>,
-    started: Option<SystemTime>,
-    finished: Option<SystemTime>,
+    pub(super) created: SystemTime,
+    pub(super) queued: Option<SystemTime>,
+    pub(super) started: Option<SystemTime>,
+    pub(super) finished: Option<SystemTime>,
 }
 
-/// Why an API call is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ApiRefusal {
-    /// No such token (401).
-    Unauthorized,
-    /// The token lacks `read_api` and `api` (403 `insufficient_scope`).
-    InsufficientScope,
-    /// No runner with that id (404).
-    RunnerNotFound,
+impl JobTimes {
+    /// Every time recorded, for a pipeline's `updated_at`.
+    pub(super) fn stamps(&self) -> impl Iterator<Item = SystemTime> {
+        [Some(self.created), self.queued, self.started, self.finished]
+            .into_iter()
+            .flatten()
+    }
 }
 
 impl State {
-    /// Adds a personal, group or project access token with its scopes.
-    pub fn add_api_token(&mut self, token: &str, scopes: &[String]) {
-        self.api_tokens
-            .insert(token.to_owned(), scopes.iter().cloned().collect());
-    }
-
     /// Stamps the times of the jobs whose state changed: created when enqueued, queued when
     /// made pending, started when first seen running, finished when first seen final.
     pub fn stamp_times(&mut self, now: SystemTime) {
@@ -75,16 +65,10 @@ impl State {
         }
     }
 
-    /// The runner's jobs (`GET /runners/:id/jobs`, GitLab's `JobBasicWithProject`), newest
-    /// first, or why the token may not see them.
-    pub fn runner_jobs(&self, api_token: &str, runner_id: u64) -> Result<Vec<Value>, ApiRefusal> {
-        let scopes: &BTreeSet<String> = self
-            .api_tokens
-            .get(api_token)
-            .ok_or(ApiRefusal::Unauthorized)?;
-        if !scopes.contains("read_api") && !scopes.contains("api") {
-            return Err(ApiRefusal::InsufficientScope);
-        }
+    /// The ids of the runner's jobs (`GET /runners/:id/jobs`): those that reached it, newest
+    /// first; `404 Runner Not Found` for an unknown runner. The caller has authenticated the
+    /// token.
+    pub fn runner_job_ids(&self, runner_id: u64) -> Result<Vec<u64>, ApiRefusal> {
         let token = self
             .runners
             .iter()
@@ -96,57 +80,7 @@ impl State {
             .values()
             .rev()
             .filter(|job| &job.spec.runner_token == token && job.running_since.is_some())
-            .map(|job| self.job_json(job.id))
+            .map(|job| job.id)
             .collect())
     }
-
-    fn job_json(&self, id: u64) -> Value {
-        let job = &self.jobs[&id];
-        let times = self.times.get(&id);
-        let created = times.map(|t| t.created);
-        let queued = times.and_then(|t| t.queued);
-        let started = times.and_then(|t| t.started);
-        let finished = times.and_then(|t| t.finished);
-        let seconds = |from: Option<SystemTime>, to: Option<SystemTime>| match (from, to) {
-            (Some(from), Some(to)) => to.duration_since(from).ok().map(|d| json!(d.as_secs_f64())),
-            _ => None,
-        };
-        json!({
-            "id": job.id,
-            "status": job.status,
-            "stage": job.spec.stage,
-            "name": job.spec.name,
-            "ref": job.spec.git_ref,
-            "tag": false,
-            "coverage": null,
-            "allow_failure": false,
-            "created_at": created.map(rfc3339),
-            "started_at": started.map(rfc3339),
-            "finished_at": finished.map(rfc3339),
-            "erased_at": null,
-            "duration": seconds(started, finished),
-            // From pending to running, as GitLab's `queued_duration` (`started_at - queued_at`).
-            "queued_duration": seconds(queued, started),
-            "failure_reason": job.failure_reason,
-            "pipeline": {
-                "id": job.pipeline_id,
-                "project_id": job.spec.project_id,
-                "sha": job.sha,
-                "ref": job.spec.git_ref,
-                "status": job.status,
-            },
-            "project": {
-                "id": job.spec.project_id,
-                "path_with_namespace": job.spec.project_path,
-                "name": job.spec.project_path.rsplit('/').next(),
-            },
-        })
-    }
-}
-
-/// GitLab's time format in the REST API: ISO 8601 with milliseconds, in UTC.
-fn rfc3339(at: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(at)
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
 }

@@ -3,9 +3,12 @@
 //! This file holds the data and the runner's calls on a job; runners, queues, artifacts and
 //! GitLab's background workers have a file each.
 
+mod api_tokens;
 mod artifacts;
+mod entities;
 mod history;
 mod job;
+mod pipeline_jobs;
 mod pipelines;
 mod queue;
 mod registration;
@@ -20,10 +23,12 @@ use rand::distr::Alphanumeric;
 
 use crate::control::{JobStatus, JobView, RunnerView};
 
+pub(crate) use api_tokens::ApiRefusal;
 pub(crate) use artifacts::{ArtifactAccess, UploadDecision, new_storage_key};
-pub(crate) use history::ApiRefusal;
+pub(crate) use entities::{Entity, Render};
 use job::Job;
 pub(crate) use job::{FAILURE_REASONS, JobUpdate, StoredArtifact, TraceReply, UpdateReply};
+pub(crate) use pipeline_jobs::{JobsFilter, ProjectRef};
 pub(crate) use queue::JobRequest;
 pub(crate) use registration::Registration;
 pub(crate) use runners::ManagerRemoval;
@@ -101,8 +106,12 @@ pub(crate) struct State {
     next_job_id: u64,
     next_pipeline_id: u64,
     rules: Rules,
-    /// API tokens (personal, group, project access tokens) and their scopes.
-    api_tokens: BTreeMap<String, BTreeSet<String>>,
+    /// API tokens (personal, group, project access tokens) by their secret.
+    api_tokens: BTreeMap<String, api_tokens::ApiToken>,
+    /// Projects named by jobs: id → the first path given with it.
+    projects: BTreeMap<u64, String>,
+    /// Every job of each pipeline id, oldest first (retries included).
+    pipeline_job_ids: BTreeMap<u64, Vec<u64>>,
     /// Jobs' wall-clock times, for the REST API.
     times: BTreeMap<u64, history::JobTimes>,
     /// Jobs enqueued since the last stamp, whose creation time is still to be written.
@@ -111,8 +120,9 @@ pub(crate) struct State {
     newly_pending: Vec<u64>,
     /// Pipelines whose later stages are still to run.
     pipelines: BTreeMap<u64, pipelines::Pipeline>,
-    /// Jobs handed to a runner and not finished, whose times may still change: only these are
-    /// looked at on every change (a queue of thousands of pending jobs is not).
+    /// Jobs handed to a runner and not finished, or just canceled or dropped before one took
+    /// them, whose times may still change: only these are looked at on every change (a queue of
+    /// thousands of pending jobs is not).
     unsettled: BTreeSet<u64>,
 }
 
@@ -144,6 +154,8 @@ impl State {
             next_job_id: 1,
             next_pipeline_id: 1,
             api_tokens: BTreeMap::new(),
+            projects: BTreeMap::new(),
+            pipeline_job_ids: BTreeMap::new(),
             times: BTreeMap::new(),
             fresh: Vec::new(),
             newly_pending: Vec::new(),
@@ -201,7 +213,14 @@ impl State {
 
     /// Cancels a job (control API). `None` for an unknown id.
     pub fn cancel(&mut self, id: u64, force: bool) -> Option<JobStatus> {
-        self.jobs.get_mut(&id).map(|job| job.cancel(force))
+        let job = self.jobs.get_mut(&id)?;
+        let was_final = job.status.is_final();
+        let status = job.cancel(force);
+        // GitLab stamps `finished_at` on `canceled` even for a job no runner took.
+        if !was_final {
+            self.unsettled.insert(id);
+        }
+        Some(status)
     }
 
     pub fn job_view(&self, id: u64) -> Option<JobView> {

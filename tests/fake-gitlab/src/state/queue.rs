@@ -138,6 +138,7 @@ impl State {
         let mut job = Job::new(id, token.clone(), spec, pipeline_id, sha, now);
         job.status = JobStatus::Created;
         self.jobs.insert(id, job);
+        self.index_job(id);
         self.fresh.push(id);
         EnqueuedJob { id, token }
     }
@@ -193,6 +194,8 @@ impl State {
                     "dropping job: runner_unsupported"
                 );
                 job.drop_unsupported(request.system_id.clone(), features.clone());
+                // Failed before assignment: GitLab still stamps its `finished_at`.
+                self.unsettled.insert(id);
                 continue;
             }
             let time_in_queue = now.saturating_duration_since(job.queued_at);

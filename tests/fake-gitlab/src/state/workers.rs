@@ -41,8 +41,14 @@ impl State {
             "no acknowledgement within the window: failed (runner_provisioning_timeout)"
         );
         job.fail_unacknowledged();
-        let retry = (job.retry_count < self.rules.provisioning_retries)
-            .then(|| (job.spec.clone(), job.retry_count + 1));
+        // A retry stays in its pipeline, on the same commit (`Ci::RetryJobService` clones the
+        // job into its pipeline), whatever the spec left to the fake to choose.
+        let retry = (job.retry_count < self.rules.provisioning_retries).then(|| {
+            let mut spec = job.spec.clone();
+            spec.pipeline_id = Some(job.pipeline_id);
+            spec.sha = Some(job.sha.clone());
+            (spec, job.retry_count + 1)
+        });
         let retried_as = retry.map(|(spec, retry_count)| {
             let retried = self.insert_job(spec, now);
             if let Some(new_job) = self.jobs.get_mut(&retried.id) {

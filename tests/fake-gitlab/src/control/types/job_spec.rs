@@ -43,6 +43,10 @@ pub struct JobSpec {
     pub image: Option<String>,
     /// `services[].name`.
     pub services: Vec<String>,
+    /// The job's `tags:`, shown as `tag_list` by the REST API (`GET /projects/:id/pipelines/
+    /// :pipeline_id/jobs`) so that a reader can foresee which runners a job needs. The queue
+    /// ignores them: a job goes to its `runner_token`.
+    pub tags: Vec<String>,
 }
 
 impl JobSpec {
@@ -78,6 +82,7 @@ impl Default for JobSpec {
             pipeline_id: None,
             image: None,
             services: Vec::new(),
+            tags: Vec::new(),
         }
     }
 }
