@@ -67,6 +67,12 @@ pub struct Forecast {
     /// stopped machines are kept for, since a stopped machine costs only its disk and can wait
     /// out a longer quiet spell than an idle one.
     pub window_peak: u32,
+    /// How long a stopped machine of this pool takes from its start to taking jobs (the 90th
+    /// percentile of the recent ones; `None` until one was measured).
+    pub start_time: Option<Millis>,
+    /// Job slots the pool's stopped machines would give once started: set by the planner
+    /// ([`Forecast::buffer`] counts them).
+    pub stopped_slots: u32,
 }
 
 /// Recent arrivals and create-to-ready times of one pool.
@@ -80,6 +86,9 @@ pub struct DemandTracker {
     lead_times: VecDeque<Millis>,
     /// Machines seen on their way to ready, whose create-to-ready time is still to be taken.
     starting: BTreeSet<String>,
+    /// Start-to-ready times of machines started from stopped, and those still on their way.
+    start_times: VecDeque<Millis>,
+    restarting: BTreeSet<String>,
     /// Slots in use now (running and waiting), as last observed.
     in_use: u32,
     /// Slots needed (in use and forecast) from each instant on, recorded when they change.
@@ -125,6 +134,27 @@ impl DemandTracker {
             self.lead_times.pop_front();
         }
         self.lead_times.push_back(lead_time);
+    }
+
+    /// Takes the start-to-ready time of each machine started from stopped that now takes jobs
+    /// (`machines`: id, started at, takes jobs), as [`Self::observe_machines`] does boots.
+    pub fn observe_starts<'a>(
+        &mut self,
+        machines: impl Iterator<Item = (&'a str, Millis, bool)>,
+        now: Millis,
+    ) {
+        let mut restarting = BTreeSet::new();
+        for (id, started_at, ready) in machines {
+            if !ready {
+                restarting.insert(id.to_string());
+            } else if self.restarting.contains(id) {
+                if self.start_times.len() == LEAD_SAMPLES {
+                    self.start_times.pop_front();
+                }
+                self.start_times.push_back(now.saturating_sub(started_at));
+            }
+        }
+        self.restarting = restarting;
     }
 
     /// Takes the create-to-ready time of each machine seen starting that now takes jobs
@@ -215,6 +245,8 @@ impl DemandTracker {
             surplus_grace,
             need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
             window_peak: self.need_peak(now.saturating_sub(window)),
+            start_time: slow_end(&self.start_times),
+            stopped_slots: 0,
         }
     }
 }
@@ -251,16 +283,31 @@ impl Forecast {
         }
     }
 
-    /// The free slots that keep the p95 wait within `target_wait` ([`rise`]).
+    /// The free slots that keep the p95 wait within `target_wait` ([`rise`]), counting the
+    /// stopped machines' slots ([`Self::warm`]).
     pub fn buffer(&self, target_wait: Millis) -> u32 {
-        self.rises
-            .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
+        self.warm(&self.rises, target_wait)
     }
 
     /// The most slots needed during the grace under `target_wait`: in use plus its buffer.
     pub fn recent_need(&self, target_wait: Millis) -> u32 {
-        self.need_peak
-            .buffer_for(allowed_waiting_share(target_wait, self.lead_time))
+        self.warm(&self.need_peak, target_wait)
+    }
+
+    /// What `grid` asks for under `target_wait` when a job that finds no free slot waits a
+    /// lead time, lowered where stopped machines stand in for running ones. A job beyond the
+    /// free slots is served by a stopped machine in a start time while one is left: of the
+    /// slots held for a wait of a lead time, the last `stopped_slots` may be stopped ones, as
+    /// long as the slots held still keep the target for a wait of a start time.
+    fn warm(&self, grid: &Rises, target_wait: Millis) -> u32 {
+        let cold = grid.buffer_for(allowed_waiting_share(target_wait, self.lead_time));
+        match self.start_time {
+            Some(start) if self.stopped_slots > 0 && start < self.lead_time => {
+                let warm = grid.buffer_for(allowed_waiting_share(target_wait, start));
+                warm.max(cold.saturating_sub(self.stopped_slots))
+            }
+            _ => cold,
+        }
     }
 }
 

@@ -273,6 +273,15 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         })
         .sum();
     let in_use: u32 = machines.iter().map(|m| m.running_jobs).sum::<u32>() + waiting_jobs;
+    // The stopped machines stand in for part of the buffer (`Forecast::buffer`).
+    let stopped = machines
+        .iter()
+        .filter(|m| m.state == MachineState::Stopped && !retiring(&m.id))
+        .count() as u32;
+    let forecast = Forecast {
+        stopped_slots: stopped.saturating_mul(p.slots_per_new_machine()),
+        ..forecast
+    };
     let wanted = Wanted::new(p, &forecast, waiting_jobs, in_use);
     let wanted_free = wanted.total();
     let mut plan = ScalePlan {

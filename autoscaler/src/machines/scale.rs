@@ -14,7 +14,8 @@ use crate::core::pipelines::ClassScope;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
 
-/// A class's machines whose create-to-ready time may be measured: (id, created at, takes jobs).
+/// A class's machines whose create-to-ready (or start-to-ready) time may be measured: (id,
+/// created (or started) at, takes jobs).
 type Measured<'a> = Vec<(&'a str, Millis, bool)>;
 
 impl PoolController {
@@ -56,6 +57,7 @@ impl PoolController {
             let waiting_jobs = waiting.remove(&name).unwrap_or(0);
             let pass = ClassPass {
                 machines: &measured(&mine),
+                starts: &measured_starts(&mine),
                 in_use: views.iter().map(|v| v.running_jobs).sum::<u32>() + waiting_jobs,
                 now,
                 window: policy.idle_time,
@@ -240,7 +242,17 @@ fn view(m: &MachineRecord, running_jobs: u32) -> MachineView {
 fn measured<'a>(machines: &[&'a MachineRecord]) -> Measured<'a> {
     machines
         .iter()
-        .filter(|m| m.restarted_at.is_none())
+        .filter(|m| m.restarted_at.is_none() && !m.state.is_stopped())
         .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()))
+        .collect()
+}
+
+/// The machines of a class started from stopped (and not stopped again), whose start-to-ready
+/// time may be measured: the warm pool's start time.
+fn measured_starts<'a>(machines: &[&'a MachineRecord]) -> Measured<'a> {
+    machines
+        .iter()
+        .filter(|m| !m.state.is_stopped())
+        .filter_map(|m| Some((m.id.as_str(), m.restarted_at?, m.state.takes_jobs())))
         .collect()
 }

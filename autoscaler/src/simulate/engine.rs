@@ -347,15 +347,19 @@ impl<'a> Sim<'a> {
         let (policy, _) = schedule::policy_in_force(base, &self.pool.policies, now);
         let views: Vec<_> = self.fleet.machines.iter().map(|m| m.view()).collect();
         let waiting = u32::try_from(self.waiting.len()).unwrap_or(u32::MAX);
-        // A machine on its way counts from its create or its start, so that the lead time
-        // measured is how long capacity takes to come; a stopped one is on no way.
-        let states = self
-            .fleet
-            .machines
-            .iter()
-            .filter(|m| !m.state.is_stopped())
-            .map(|m| (m.id.as_str(), m.requested_at, m.state.takes_jobs()));
-        self.demand.observe_machines(states, now);
+        // As the service measures them: a machine made counts from its create (the lead time),
+        // one started from stopped from its start (the start time); a stopped one is on no way.
+        let on_the_way = |started: bool| {
+            self.fleet
+                .machines
+                .iter()
+                .filter(move |m| {
+                    !m.state.is_stopped() && (m.requested_at != m.created_at) == started
+                })
+                .map(|m| (m.id.as_str(), m.requested_at, m.state.takes_jobs()))
+        };
+        self.demand.observe_machines(on_the_way(false), now);
+        self.demand.observe_starts(on_the_way(true), now);
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
         let mut forecast = self.demand.forecast(now, policy.idle_time);

@@ -26,6 +26,9 @@ const BOOT_DELAY_S: f64 = 6.0;
 /// injection: up to 21 s seen), so that the forecast can have them ready in time.
 const BUILD_S: u64 = 30;
 const TESTS: usize = 4;
+/// Each test job runs longer than a machine takes to boot, so that a test job that finds no
+/// machine waits for a boot, not for another test job to end and free its machine.
+const TEST_S: u64 = 10;
 /// What "finds its machine ready" allows: the sidecar's next job request and the hand-out, a
 /// few seconds, under the boot delay a job waits without the forecast.
 const READY_WAIT_S: f64 = 5.0;
@@ -178,7 +181,10 @@ async fn run_pipeline(gitlab: &FakeGitLab, token: &str, tests: usize) -> Result<
     let build = job("build", "compile".into(), &[&format!("sleep {BUILD_S}")]);
     let mark = start_mark_line();
     let tests = (1..=tests)
-        .map(|i| job("test", format!("unit {i}/{tests}"), &[&mark, "sleep 3"]))
+        .map(|i| {
+            let sleep = format!("sleep {TEST_S}");
+            job("test", format!("unit {i}/{tests}"), &[&mark, &sleep])
+        })
         .collect();
     let pipeline = gitlab
         .control

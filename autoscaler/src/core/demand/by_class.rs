@@ -24,6 +24,9 @@ pub struct ClassPass<'a> {
     /// The class's machines whose create-to-ready time may be measured: (id, created at,
     /// takes jobs).
     pub machines: &'a [(&'a str, Millis, bool)],
+    /// The class's machines started from stopped and not stopped since: (id, started at,
+    /// takes jobs).
+    pub starts: &'a [(&'a str, Millis, bool)],
     /// Slots in use in the class: jobs running on its machines plus its jobs waiting for one.
     pub in_use: u32,
     pub now: Millis,
@@ -47,6 +50,7 @@ impl ClassDemand {
     pub fn forecast(&mut self, class: Option<&str>, pass: &ClassPass<'_>) -> Forecast {
         let tracker = self.tracker(class);
         tracker.observe_machines(pass.machines.iter().copied(), pass.now);
+        tracker.observe_starts(pass.starts.iter().copied(), pass.now);
         tracker.observe_in_use(pass.in_use);
         tracker.forecast(pass.now, pass.window)
     }
@@ -83,6 +87,7 @@ mod tests {
             let in_use = u32::from(busy == Some(name));
             let pass = ClassPass {
                 machines: &[],
+                starts: &[],
                 in_use,
                 now,
                 window: 600_000,
@@ -106,6 +111,7 @@ mod tests {
         pass_all(&mut d, &c, Some(&class), 20_000);
         let pass = ClassPass {
             machines: &[],
+            starts: &[],
             in_use: 0,
             now: 30_000,
             window: 600_000,
@@ -134,6 +140,7 @@ mod tests {
         let mut d = ClassDemand::default();
         let at = |machines, now| ClassPass {
             machines,
+            starts: &[],
             in_use: 0,
             now,
             window: 600_000,

@@ -34,6 +34,8 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         surplus_grace: 60_000,
         need_peak: crate::core::demand::Rises::default(),
         window_peak: 0,
+        start_time: None,
+        stopped_slots: 0,
     }
 }
 

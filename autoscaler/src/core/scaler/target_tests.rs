@@ -19,6 +19,8 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         surplus_grace: 2 * lead_time,
         need_peak: Rises::default(),
         window_peak: 0,
+        start_time: None,
+        stopped_slots: 0,
     }
 }
 

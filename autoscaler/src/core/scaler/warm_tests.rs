@@ -180,3 +180,29 @@ proptest! {
         prop_assert!(kept <= (max_stopped as usize).max(before));
     }
 }
+
+/// The buffer on its own: an idle pool with `stopped` stopped machines and a measured start
+/// time of `start` (lead time 60 s; a 10 s target).
+fn buffer_with(stopped: u32, start: Option<Millis>) -> u32 {
+    let samples: Vec<(u32, u64)> = (1..=20).map(|rise| (rise, 600_000)).collect();
+    let f = Forecast {
+        rises: crate::core::demand::Rises::from_samples(&samples, 600_000),
+        start_time: start,
+        stopped_slots: stopped,
+        ..forecast(0, 0)
+    };
+    f.buffer(10_000)
+}
+
+#[test]
+fn stopped_machines_stand_in_for_part_of_the_buffer() {
+    let cold = buffer_with(0, Some(15_000));
+    // Under a 15 s start a 10 s target lets a third of the jobs wait: far fewer slots held.
+    let warm_floor = buffer_with(1_000, Some(15_000));
+    assert!(warm_floor < cold, "{warm_floor} < {cold}");
+    // Each stopped slot replaces a running one, down to that floor.
+    assert_eq!(buffer_with(2, Some(15_000)), (cold - 2).max(warm_floor));
+    // No start measured yet, or none stopped: the cold buffer.
+    assert_eq!(buffer_with(5, None), cold);
+    assert_eq!(buffer_with(0, Some(15_000)), cold);
+}
