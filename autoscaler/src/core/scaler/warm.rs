@@ -9,6 +9,9 @@
 //!   `max_stopped` (or `stopped_count` when that is more).
 //! - **Start before create.** Free slots short: stopped machines are started first, and only
 //!   the rest are made.
+//! - **A smaller running buffer.** The stopped machines' slots stand in for part of the
+//!   demand-aware buffer, down to what the target asks for a wait of a start time
+//!   (`Forecast::buffer`).
 //! - **Stop instead of destroy.** An idle machine the policy would release is stopped while the
 //!   stopped pool is below its target (one past `max_age` or `max_use_count` never reaches the
 //!   idle reclaim: it is retired).
