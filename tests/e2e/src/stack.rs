@@ -94,6 +94,28 @@ impl PoolSpec {
         Self::with_provisioner(name, &provisioner, machines_root, scaling, sidecar)
     }
 
+    /// Like [`PoolSpec::local`], its machines reported `creating` for `boot_delay_s` after
+    /// their create request (as a cloud's boot), with `provisioner` added to its
+    /// `[pools.provisioner]` table (TOML lines, such as a creation throttle).
+    pub fn local_booting(
+        name: &str,
+        machines_root: &Path,
+        boot_delay_s: f64,
+        provisioner: &str,
+        scaling: &str,
+        sidecar: &str,
+    ) -> Self {
+        let mut pool = Self::new(name);
+        pool.tail = format!(
+            "[pools.provisioner]\ncommand = \"{}\"\n{provisioner}\nreconcile_interval = \"1s\"\n\
+             env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{boot_delay_s}\" }}\n\n\
+             [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
+            repo_root().join("provisioners/local/provisioner").display(),
+            machines_root.display(),
+        );
+        pool
+    }
+
     /// Like [`PoolSpec::local`] with another provisioner executable.
     pub fn with_provisioner(
         name: &str,

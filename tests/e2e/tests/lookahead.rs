@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use autoscaler::clock::SystemClock;
-use autoscaler::lookahead::{ApiClient, ApiError, LookAhead, reads_the_api, stages_to_come};
+use autoscaler::lookahead::{
+    Announcement, ApiClient, ApiError, LookAhead, reads_the_api, stages_to_come,
+};
 use autoscaler::secret::Secret;
 use e2e::stack::FakeGitLab;
-use fake_gitlab::control::JobSpec;
+use fake_gitlab::control::{FaultAction, FaultRule, JobSpec};
 use serde_json::json;
 
 const PROJECT: u64 = 42;
@@ -130,6 +132,89 @@ async fn a_wrong_token_scope_or_project_is_refused_as_gitlab_refuses_it() -> Res
     Ok(())
 }
 
+/// Takes `pool`'s answers until one about `pipeline` came (or `TIMEOUT` passed).
+async fn answers_until(lookahead: &LookAhead, pool: &str, pipeline: u64) -> Vec<Announcement> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut answers: Vec<Announcement> = Vec::new();
+    while answers.last().is_none_or(|a| a.pipeline != pipeline)
+        && tokio::time::Instant::now() < deadline
+    {
+        let taken = lookahead.take_answers(pool);
+        if taken.is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        answers.extend(taken);
+    }
+    answers
+}
+
+#[tokio::test]
+async fn rate_limits_and_outages_are_waited_out() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let runner = "glrt-lookahead-faults";
+    gitlab.add_runner(runner).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    let (id, _) = pipeline(&gitlab, runner).await?;
+    let on_pipelines = |action, count| FaultRule {
+        path_prefix: Some(format!("/api/v4/projects/{PROJECT}/pipelines")),
+        count: Some(count),
+        ..FaultRule::new(action)
+    };
+    let limited = FaultAction::Status {
+        status: 429,
+        retry_after: Some(1),
+    };
+    let down = FaultAction::Status {
+        status: 503,
+        retry_after: None,
+    };
+    gitlab.control.add_fault(&on_pipelines(limited, 1)).await?;
+    gitlab.control.add_fault(&on_pipelines(down, 1)).await?;
+
+    let url = gitlab.url.parse()?;
+    let lookahead = LookAhead::new(&url, Secret::new(READER), Arc::new(SystemClock))?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(lookahead.clone().run(stop.clone()));
+    lookahead.ask("linux", PROJECT, id);
+    let answers = answers_until(&lookahead, "linux", id).await;
+    stop.cancel();
+    worker.await?;
+    ensure!(
+        answers.len() == 1,
+        "answered after a 429 and a 503: {answers:?}"
+    );
+    let stats = gitlab.control.stats().await?;
+    ensure!(
+        stats.faults_injected == 2,
+        "both faults were met: {stats:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_token_without_read_api_turns_the_look_ahead_off() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    gitlab
+        .control
+        .add_api_token("glpat-registry", &["read_registry"])
+        .await?;
+    let url = gitlab.url.parse()?;
+    let lookahead = LookAhead::new(&url, Secret::new("glpat-registry"), Arc::new(SystemClock))?;
+    // The worker checks the token and ends: nothing is ever asked of GitLab's pipelines.
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::time::timeout(TIMEOUT, lookahead.clone().run(stop)).await?;
+    lookahead.ask("linux", PROJECT, 1);
+    let stats = gitlab.control.stats().await?;
+    ensure!(
+        stats
+            .requests
+            .keys()
+            .all(|route| !route.contains("pipelines")),
+        "no pipeline was asked about: {stats:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_look_ahead_answers_each_pool_off_its_path() -> Result<()> {
     let gitlab = FakeGitLab::start(&[]).await?;
@@ -148,19 +233,7 @@ async fn the_look_ahead_answers_each_pool_off_its_path() -> Result<()> {
     for id in [first, first, second] {
         lookahead.ask("linux", PROJECT, id);
     }
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let mut answers = Vec::new();
-    while answers
-        .last()
-        .is_none_or(|a: &autoscaler::lookahead::Announcement| a.pipeline != second)
-        && tokio::time::Instant::now() < deadline
-    {
-        let taken = lookahead.take_answers("linux");
-        if taken.is_empty() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        answers.extend(taken);
-    }
+    let answers = answers_until(&lookahead, "linux", second).await;
     stop.cancel();
     worker.await?;
     let pipelines: Vec<u64> = answers.iter().map(|a| a.pipeline).collect();

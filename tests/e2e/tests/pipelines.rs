@@ -16,7 +16,7 @@ use e2e::LocalMachinesGuard;
 use e2e::counting::WITHIN;
 use e2e::replay::{start_mark_line, started_at, wall_ms};
 use e2e::scrape::Scrape;
-use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec, repo_root};
+use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec};
 use fake_gitlab::control::{JobSpec, JobStatus};
 
 /// A machine is reported `creating` this long after its create request, as a cloud's boots.
@@ -59,13 +59,13 @@ async fn start(dir: &Path, api_token: Option<&str>, log: Option<&Path>) -> Resul
         root: machines_root.clone(),
     };
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let mut pool = PoolSpec::new("local");
-    pool.tail = format!(
-        "[pools.provisioner]\ncommand = \"{}\"\nreconcile_interval = \"1s\"\n\
-         env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\" }}\n\n\
-         [pools.scaling]\n{SCALING}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
-        repo_root().join("provisioners/local/provisioner").display(),
-        machines_root.display(),
+    let pool = PoolSpec::local_booting(
+        "local",
+        &machines_root,
+        BOOT_DELAY_S,
+        "",
+        SCALING,
+        "mode = \"builtin\"\nready_timeout = \"60s\"",
     );
     gitlab.add_runner(&pool.upstream_token).await?;
     let upstream = match api_token {

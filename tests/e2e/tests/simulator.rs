@@ -13,7 +13,7 @@ use e2e::simcheck::{
     Figures, agree, boot_range, max, min, print_boot_parts, print_table, replayed_boots, rounded,
     simulate_pool, sorted,
 };
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
 
 /// A burst of 24 jobs (more than the pool's 16 slots at once), a trickle of 6 while its
 /// machines go (idle_time 10 s), and a second burst of 12 spread over 15 s: 42 jobs.
@@ -65,13 +65,13 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
         root: machines_root.clone(),
     };
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let mut pool = PoolSpec::new("local");
-    pool.tail = format!(
-        "[pools.provisioner]\ncommand = \"{}\"\n{CREATE_LIMITS}\nreconcile_interval = \"1s\"\n\
-         env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\" }}\n\n\
-         [pools.scaling]\n{SCALING}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
-        repo_root().join("provisioners/local/provisioner").display(),
-        machines_root.display(),
+    let pool = PoolSpec::local_booting(
+        "local",
+        &machines_root,
+        BOOT_DELAY_S,
+        CREATE_LIMITS,
+        SCALING,
+        "mode = \"builtin\"\nready_timeout = \"60s\"",
     );
     gitlab.add_runner(&pool.upstream_token).await?;
     let autoscaler = Autoscaler::start(

@@ -15,7 +15,7 @@ use e2e::LocalMachinesGuard;
 use e2e::replay::{MachineWatch, percentile};
 use e2e::replay_pipelines::replay_pipelines;
 use e2e::simcheck::{Figures, agree, print_table, replayed_boots, rounded, simulate_pool, sorted};
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
+use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
 
 /// Six pipelines over 140 s; each a 15-20 s build, then three 4-8 s test jobs.
 const WORKLOAD: &str = "description = \"a project's pipelines: a build, then three tests\"
@@ -78,13 +78,13 @@ async fn the_simulator_agrees_with_the_real_service_on_pipelines() -> Result<()>
         .control
         .add_api_token(API_TOKEN, &["read_api"])
         .await?;
-    let mut pool = PoolSpec::new("local");
-    pool.tail = format!(
-        "[pools.provisioner]\ncommand = \"{}\"\n{CREATE_LIMITS}\nreconcile_interval = \"1s\"\n\
-         env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{BOOT_DELAY_S}\" }}\n\n\
-         [pools.scaling]\n{SCALING}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
-        repo_root().join("provisioners/local/provisioner").display(),
-        machines_root.display(),
+    let pool = PoolSpec::local_booting(
+        "local",
+        &machines_root,
+        BOOT_DELAY_S,
+        CREATE_LIMITS,
+        SCALING,
+        "mode = \"builtin\"\nready_timeout = \"60s\"",
     );
     gitlab.add_runner(&pool.upstream_token).await?;
     let autoscaler = Autoscaler::start(
