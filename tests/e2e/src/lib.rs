@@ -5,6 +5,7 @@ pub mod browser;
 pub mod chaos;
 pub mod counting;
 pub mod openapi;
+pub mod pool_spec;
 pub mod process;
 pub mod python_runner;
 pub mod recording;

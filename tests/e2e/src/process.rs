@@ -11,6 +11,11 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// Where the workspace's binaries are: next to the running executable (a binary of this crate)
 /// or one level up (an integration test in `deps/`).
 pub fn binary(name: &str) -> Result<PathBuf> {

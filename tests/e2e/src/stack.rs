@@ -8,12 +8,9 @@ use anyhow::{Context, Result, bail};
 use fake_gitlab::control::Client;
 use tokio::process::Command;
 
+pub use crate::pool_spec::PoolSpec;
+pub use crate::process::repo_root;
 use crate::process::{Proc, binary};
-
-/// The repository's root directory.
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The fake GitLab, as a process.
 #[derive(Debug)]
@@ -60,87 +57,6 @@ impl FakeGitLab {
         self.control.add_runner(token).await?;
         Ok(())
     }
-}
-
-/// One `[[pools]]` entry of the autoscaler's configuration.
-#[derive(Debug, Clone)]
-pub struct PoolSpec {
-    pub name: String,
-    pub upstream_token: String,
-    pub registration_token: String,
-    pub request_concurrency: u32,
-    /// TOML appended after the pool's keys: its `[pools.provisioner]`, `[pools.scaling]` and
-    /// `[pools.sidecar]` tables, for a pool with machines.
-    pub tail: String,
-}
-
-impl PoolSpec {
-    /// A static pool (sidecars register themselves), with tokens derived from its name.
-    pub fn new(name: &str) -> Self {
-        Self {
-            name: name.to_string(),
-            upstream_token: format!("glrt-upstream-{name}-{:08x}", rand_u32()),
-            registration_token: format!("reg-{name}-{:08x}", rand_u32()),
-            request_concurrency: 4,
-            tail: String::new(),
-        }
-    }
-
-    /// A pool whose machines are local sandboxes under `machines_root`, made by
-    /// `provisioners/local/provisioner`, with the given `[pools.scaling]` and `[pools.sidecar]`
-    /// keys (TOML lines).
-    pub fn local(name: &str, machines_root: &Path, scaling: &str, sidecar: &str) -> Self {
-        let provisioner = repo_root().join("provisioners/local/provisioner");
-        Self::with_provisioner(name, &provisioner, machines_root, scaling, sidecar)
-    }
-
-    /// Like [`PoolSpec::local`], its machines reported `creating` for `boot_delay_s` after
-    /// their create request (as a cloud's boot), with `provisioner` added to its
-    /// `[pools.provisioner]` table (TOML lines, such as a creation throttle).
-    pub fn local_booting(
-        name: &str,
-        machines_root: &Path,
-        boot_delay_s: f64,
-        provisioner: &str,
-        scaling: &str,
-        sidecar: &str,
-    ) -> Self {
-        let mut pool = Self::new(name);
-        pool.tail = format!(
-            "[pools.provisioner]\ncommand = \"{}\"\n{provisioner}\nreconcile_interval = \"1s\"\n\
-             env = {{ LOCAL_ROOT = \"{}\", LOCAL_BOOT_DELAY = \"{boot_delay_s}\" }}\n\n\
-             [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
-            repo_root().join("provisioners/local/provisioner").display(),
-            machines_root.display(),
-        );
-        pool
-    }
-
-    /// Like [`PoolSpec::local`] with another provisioner executable.
-    pub fn with_provisioner(
-        name: &str,
-        provisioner: &Path,
-        machines_root: &Path,
-        scaling: &str,
-        sidecar: &str,
-    ) -> Self {
-        let mut pool = Self::new(name);
-        pool.tail = format!(
-            "[pools.provisioner]\ncommand = \"{}\"\nenv = {{ LOCAL_ROOT = \"{}\" }}\nreconcile_interval = \"1s\"\n\n\
-             [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
-            provisioner.display(),
-            machines_root.display(),
-        );
-        pool
-    }
-}
-
-fn rand_u32() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    nanos ^ std::process::id().rotate_left(16)
 }
 
 /// The autoscaler, as a process, with its configuration and state in `dir`.
