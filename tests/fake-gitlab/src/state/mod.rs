@@ -236,5 +236,18 @@ impl State {
     }
 }
 
+/// A state for the state modules' unit tests: one-phase hand-outs, no auto-retry, and the
+/// runner `runner` registered.
+#[cfg(test)]
+pub(crate) fn test_state(runner: &str) -> State {
+    let mut s = State::new(Rules {
+        ack_window: None,
+        trace_limit: 1 << 20,
+        provisioning_retries: 0,
+    });
+    s.add_runner(runner);
+    s
+}
+
 #[cfg(test)]
 mod tests;

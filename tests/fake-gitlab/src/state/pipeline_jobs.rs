@@ -119,16 +119,10 @@ mod tests {
     use super::*;
     use crate::control::{JobSpec, JobStatus};
     use crate::state::entities::{Entity, Render};
-    use crate::state::{JobRequest, JobUpdate, Rules};
+    use crate::state::{JobRequest, JobUpdate};
 
     fn state() -> State {
-        let mut s = State::new(Rules {
-            ack_window: None,
-            trace_limit: 1 << 20,
-            provisioning_retries: 0,
-        });
-        s.add_runner("glrt-r");
-        s
+        crate::state::test_state("glrt-r")
     }
 
     fn spec(stage: &str, name: &str) -> JobSpec {

@@ -144,16 +144,10 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{JobRequest, JobUpdate, Rules, UpdateReply};
+    use crate::state::{JobRequest, JobUpdate, UpdateReply};
 
     fn state() -> State {
-        let mut s = State::new(Rules {
-            ack_window: None,
-            trace_limit: 1 << 20,
-            provisioning_retries: 0,
-        });
-        s.add_runner("glrt-r");
-        s
+        crate::state::test_state("glrt-r")
     }
 
     fn spec(stage: &str, name: &str) -> JobSpec {
