@@ -107,7 +107,12 @@ fn test_binaries(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
         .output()
         .context("cannot run cargo test --no-run")?;
     if !output.status.success() {
-        bail!("`cargo test --no-run` failed ({})", output.status);
+        // A linker that dies with a bus error is most often a full disk: say how full it is.
+        bail!(
+            "`cargo test --no-run` failed ({}); {}",
+            output.status,
+            free_disk(root)
+        );
     }
     let mut jobs = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
@@ -119,6 +124,34 @@ fn test_binaries(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
         bail!("`cargo test --no-run` listed no test binary");
     }
     Ok(jobs)
+}
+
+/// The free space where the build writes, as `df` reports it, for error messages.
+fn free_disk(root: &Path) -> String {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
+    let free_kib = Command::new("df")
+        .args(["-Pk"])
+        .arg(&target)
+        .output()
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            text.lines()
+                .nth(1)?
+                .split_whitespace()
+                .nth(3)?
+                .parse::<u64>()
+                .ok()
+        });
+    match free_kib {
+        Some(kib) => format!(
+            "{:.1} GiB free under {} (a clean test build takes about 5 GiB)",
+            kib as f64 / 1024.0 / 1024.0,
+            target.display()
+        ),
+        None => format!("the free space under {} is unknown", target.display()),
+    }
 }
 
 /// The command for one of cargo's JSON messages, if it is a built test binary.
