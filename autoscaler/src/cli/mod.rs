@@ -175,7 +175,17 @@ impl Cli {
                 oracle: _,
                 boot_time,
             } => match policy {
-                Some(policy) => print_simulation(crate::simulate::simulate(&workload, &policy)),
+                Some(policy) => {
+                    // The planner's decisions go to stderr when asked for
+                    // (`RUST_LOG=autoscaler::simulate=debug`); stdout stays the report.
+                    let _log_writer = std::env::var_os("RUST_LOG").map(|_| {
+                        telemetry::init(&crate::config::LogConfig {
+                            level: "warn".into(),
+                            format: crate::config::LogFormat::Text,
+                        })
+                    });
+                    print_simulation(crate::simulate::simulate(&workload, &policy))
+                }
                 None => print_simulation(crate::simulate::oracle(&workload, boot_time)),
             },
             Command::Provisioner(ProvisionerCommand::Check {

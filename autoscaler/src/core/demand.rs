@@ -48,6 +48,10 @@ pub struct Forecast {
     /// (`core::pipelines`; 0 where no pipeline is known). Set by the caller, who feeds the
     /// pipeline tracker: this tracker does not know pipelines.
     pub pipeline_jobs: u32,
+    /// Jobs of pipelines' next stages GitLab made pending that have not reached the pool yet
+    /// (`core::pipelines`, `PipelineForecast::released`): part of GitLab's queue, like
+    /// `gitlab_backlog`, which may count them too. Set by the caller.
+    pub pipeline_released: u32,
     /// How long this pool takes from the create request to a machine that takes jobs (the
     /// 90th percentile of the recent ones, so that a slow boot is planned for): the span within
     /// which a job can count only on the slots already held.
@@ -113,9 +117,7 @@ impl DemandTracker {
         // Arrivals are recorded in order but may come from passes a moment apart.
         let position = self.arrivals.partition_point(|&t| t <= at);
         self.arrivals.insert(position, at);
-        if let Some(size) = queue_size {
-            self.queue_report = Some((size.saturating_sub(1), at));
-        }
+        self.report_queue(queue_size, at);
     }
 
     /// A job came whose coming was foreseen (a pipeline's next stage, `core::pipelines`): its
@@ -123,8 +125,22 @@ impl DemandTracker {
     pub fn foreseen_job_arrived(&mut self, at: Millis, queue_size: Option<u32>) {
         let position = self.foreseen.partition_point(|&t| t <= at);
         self.foreseen.insert(position, at);
-        if let Some(size) = queue_size {
-            self.queue_report = Some((size.saturating_sub(1), at));
+        self.report_queue(queue_size, at);
+    }
+
+    /// GitLab's queue after handing out a job at `at` whose payload said `queue_size`: the
+    /// latest report stands. Jobs taken in the same instant come in no set order, and the
+    /// queue only shrinks as the pool takes from it, so of those the smallest is the latest
+    /// (a larger one kept would count jobs already taken as still queued).
+    fn report_queue(&mut self, queue_size: Option<u32>, at: Millis) {
+        let Some(size) = queue_size else { return };
+        let queued = size.saturating_sub(1);
+        let newer = match self.queue_report {
+            Some((jobs, reported_at)) => at > reported_at || (at == reported_at && queued < jobs),
+            None => true,
+        };
+        if newer {
+            self.queue_report = Some((queued, at));
         }
     }
 
@@ -241,6 +257,7 @@ impl DemandTracker {
             rises,
             gitlab_backlog,
             pipeline_jobs: 0,
+            pipeline_released: 0,
             lead_time,
             surplus_grace,
             need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
@@ -263,15 +280,22 @@ fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
 /// already waiting in the pool: the buffer the target's share of waiting jobs asks for, or the
 /// jobs the pipelines' next stages bring, whichever is more (the arrivals' rises and the next
 /// stages are the same bursts seen two ways: the larger is held, not their sum), plus
-/// GitLab's reported queue.
+/// GitLab's queue ([`Forecast::queued`]).
 pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
     forecast
         .buffer(target_wait)
         .max(forecast.foreseen_jobs(target_wait))
-        .saturating_add(forecast.gitlab_backlog)
+        .saturating_add(forecast.queued())
 }
 
 impl Forecast {
+    /// Jobs pending in GitLab that have not reached the pool: the queue GitLab last reported,
+    /// or the released next stages' jobs if more (GitLab's report may predate them; they are
+    /// in that queue, so the larger counts, not the sum).
+    pub fn queued(&self) -> u32 {
+        self.gitlab_backlog.max(self.pipeline_released)
+    }
+
     /// The pipelines' next-stage jobs held for under `target_wait`: all of them, unless the
     /// target lets every job wait (it is a lead time or more: a job that finds no slot waits
     /// no longer than that), in which case none, as no buffer is held then either.

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use self::shape::{ProjectShape, Run};
+use self::shape::{ProjectShape, Run, StageRun};
 use super::Millis;
 
 /// Projects remembered; beyond it the one seen least recently is forgotten.
@@ -91,6 +91,9 @@ pub struct PipelineForecast {
     pub jobs_due: u32,
     /// Pipelines whose next stage was counted.
     pub pipelines: u32,
+    /// Jobs of next stages GitLab made pending (the stage before them ended) that have not
+    /// reached the pool yet: part of GitLab's queue, not of `jobs_due`.
+    pub released: u32,
 }
 
 /// Which of the next stages' jobs a forecast counts: in a pool with machine classes each class
@@ -140,6 +143,14 @@ impl PipelineTracker {
         }
     }
 
+    /// `job` reached the pool at `at` (taken from GitLab), before or after its stage started:
+    /// a released stage's jobs stop being held as they come ([`PipelineForecast::released`]).
+    pub fn job_arrived(&mut self, job: StagedJob<'_>, at: Millis) {
+        if let Some(project) = self.projects.get_mut(job.project) {
+            project.job_arrived(job, at);
+        }
+    }
+
     /// The jobs expected pending by `now + lead_time`, from every pipeline in flight whose
     /// project's shape is known. Unknown projects and stages count nothing.
     pub fn forecast(&self, now: Millis, lead_time: Millis) -> PipelineForecast {
@@ -157,9 +168,14 @@ impl PipelineTracker {
         for project in self.projects.values() {
             for due in project
                 .runs()
-                .filter_map(|r| next_stage_due(project, r, now, scope))
+                .filter_map(|r| next_stage_due(project, r, (now, lead_time), scope))
             {
-                if due.at <= now.saturating_add(lead_time) && due.jobs > 0 {
+                if due.jobs == 0 {
+                    continue;
+                }
+                if due.released {
+                    out.released = out.released.saturating_add(due.jobs);
+                } else if due.at <= now.saturating_add(lead_time) {
                     out.jobs_due = out.jobs_due.saturating_add(due.jobs);
                     out.pipelines += 1;
                 }
@@ -215,38 +231,42 @@ impl PipelineTracker {
     }
 }
 
-/// The next stage of a pipeline in flight: how many jobs, expected pending when.
+/// The next stage of a pipeline in flight: how many jobs, expected pending when, or made
+/// pending already (`released`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Due {
     jobs: u32,
     at: Millis,
+    released: bool,
 }
 
-/// The next stage of `run`, if its current stage is running and the project's shape says what
-/// follows it and how long it takes: due from the shortest recent duration, its jobs those of
-/// `scope`. A stage that has run twice its usual (median) time is no longer described by the
-/// shape (a slow runner, a hung job): its next stage is not forecast, rather than holding
-/// machines for it indefinitely.
+/// The next stage of `run`, if the project's shape says what follows its current stage and how
+/// long that takes: due from the shortest recent duration while the current stage runs, its
+/// jobs those of `scope`. A stage that has run twice its usual (median) time is no longer
+/// described by the shape (a slow runner, a hung job): its next stage is not forecast, rather
+/// than holding machines for it indefinitely. A stage whose jobs all ended has released the
+/// next one ([`released`]).
 fn next_stage_due(
     project: &ProjectShape,
     run: &Run,
-    now: Millis,
+    (now, lead_time): (Millis, Millis),
     scope: ClassScope<'_>,
 ) -> Option<Due> {
     let current = run.current_stage()?;
-    if current.running == 0 {
-        // Its jobs ended (the next stage is pending, counted as waiting jobs) or wait for a
-        // machine (counted so too).
-        return None;
-    }
     let learned = project.stage(&current.name)?;
     let duration = learned.usual_duration()?;
     // What GitLab announced is exact; the shape says when, and how its jobs split by class.
-    let jobs = match run.announced_next() {
-        Some(Some((next, jobs))) => learned.share_in(scope, Some(next), jobs),
+    let (next, jobs) = match run.announced_next() {
+        Some(Some((next, jobs))) => (next, learned.share_in(scope, Some(next), jobs)),
         Some(None) => return None,
-        None => learned.next_stage_jobs_in(scope)?,
+        None => (
+            learned.next_stage_name()?,
+            learned.next_stage_jobs_in(scope)?,
+        ),
     };
+    if current.running == 0 {
+        return released(run, current, next, jobs, (now, lead_time));
+    }
     let at = current
         .started_at
         .saturating_add(learned.shortest_duration()?);
@@ -257,7 +277,38 @@ fn next_stage_due(
     {
         return None;
     }
-    Some(Due { jobs, at })
+    Some(Due {
+        jobs,
+        at,
+        released: false,
+    })
+}
+
+/// The next stage's jobs still on their way to the pool after the stage before it ended.
+/// GitLab makes them pending when that stage's last job ends, but they reach the pool only
+/// after GitLab's pipeline processing and the intake's next request: in between they are
+/// neither running nor waiting here, and a pass then would release the very machines they
+/// need (one in another service's race is all it takes). They are held as pending until they
+/// arrive, for at most one lead time after the end: a next stage that has not come by then
+/// (a failed job stopped the pipeline) is not coming soon, and a machine made for it at the
+/// end would have been ready by then. Arrivals are counted over every class, so a pool with
+/// classes may hold fewer than its class's share, never more.
+fn released(
+    run: &Run,
+    current: &StageRun,
+    next: &str,
+    jobs: u32,
+    (now, lead_time): (Millis, Millis),
+) -> Option<Due> {
+    let end = run.last_end().filter(|&end| end >= current.started_at)?;
+    if now > end.saturating_add(lead_time) {
+        return None;
+    }
+    Some(Due {
+        jobs: jobs.saturating_sub(run.arrived_of(next)),
+        at: end,
+        released: true,
+    })
 }
 
 #[cfg(test)]

@@ -303,7 +303,7 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
             p.target_wait / 1000,
             forecast.lead_time / 1000,
             forecast.pipeline_jobs,
-            forecast.gitlab_backlog
+            forecast.queued()
         ));
     }
     if free < wanted_free {

@@ -54,6 +54,10 @@ impl PipelineLearning {
         self.changed = true;
     }
 
+    pub fn job_arrived(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.tracker.job_arrived(job, at);
+    }
+
     pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
         self.tracker.job_ended(job, at);
         self.changed = true;
@@ -119,6 +123,9 @@ impl PoolController {
                         .as_ref()
                         .is_some_and(|p| learning.tracker.foresees(p.staged()));
                     demand.job_arrived(class.as_deref(), arrival, foreseen);
+                    if let Some(p) = &pipeline {
+                        learning.job_arrived(p.staged(), arrival.at);
+                    }
                     if let (Some(lookahead), Some(p)) = (lookahead, &pipeline)
                         && let Ok(project) = p.project.parse()
                     {

@@ -95,15 +95,16 @@ impl PoolController {
             name: &c.name,
             is_default,
         });
-        let pipeline_jobs = self
-            .pipeline_learning()
-            .tracker
-            .forecast_for(pass.now, forecast.lead_time, scope)
-            .jobs_due;
+        let pipelines =
+            self.pipeline_learning()
+                .tracker
+                .forecast_for(pass.now, forecast.lead_time, scope);
+        let (pipeline_jobs, pipeline_released) = (pipelines.jobs_due, pipelines.released);
         if !is_default {
             return Forecast {
                 rises: Rises::default(),
                 pipeline_jobs,
+                pipeline_released,
                 gitlab_backlog: 0,
                 need_peak: Rises::default(),
                 ..forecast
@@ -111,6 +112,7 @@ impl PoolController {
         }
         Forecast {
             pipeline_jobs,
+            pipeline_released,
             ..forecast
         }
     }

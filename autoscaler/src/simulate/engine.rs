@@ -188,6 +188,8 @@ struct Sim<'a> {
     throttle: TokenBucket,
     breaker: Breaker,
     tally: Tally,
+    /// The run's first instant, for the trace's times.
+    start: Millis,
 }
 
 impl<'a> Sim<'a> {
@@ -211,6 +213,7 @@ impl<'a> Sim<'a> {
                 std::time::Duration::from_secs(600),
             ),
             tally: Tally::default(),
+            start,
         }
     }
 
@@ -278,6 +281,9 @@ impl<'a> Sim<'a> {
     fn record_arrival(&mut self, label: Option<&Label>, now: Millis, queue_size: u32) {
         let foreseen =
             self.learn_pipelines && label.is_some_and(|l| self.pipelines.foresees(staged(l)));
+        if let Some(label) = label.filter(|_| self.learn_pipelines) {
+            self.pipelines.job_arrived(staged(label), now);
+        }
         if foreseen {
             self.demand.foreseen_job_arrived(now, Some(queue_size));
         } else {
@@ -341,6 +347,26 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// The plan's decisions as debug events (`RUST_LOG=autoscaler::simulate=debug`), in the
+    /// service's words, so that a simulated run can be read beside the service's log.
+    fn trace(&self, now: Millis, plan: &scaler::ScalePlan) {
+        let at_s = (now - self.start) as f64 / 1000.0;
+        if plan.create > 0 {
+            tracing::debug!(at_s, create = plan.create, reason = plan.reason.code(), summary = %plan.summary, "scaling up");
+        }
+        let moves = [
+            ("drain", &plan.drain),
+            ("destroy", &plan.destroy),
+            ("stop", &plan.stop),
+            ("start", &plan.start),
+        ];
+        for (action, retires) in moves {
+            for r in retires {
+                tracing::debug!(at_s, machine.id = %r.id, action, reason = r.reason.code(), detail = %r.detail, "machine retired or moved");
+            }
+        }
+    }
+
     /// The planner's pass, carried out as the service's controller does.
     fn scale(&mut self, now: Millis) {
         let base = self.pool.scaling.scale_policy();
@@ -363,7 +389,9 @@ impl<'a> Sim<'a> {
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
         let mut forecast = self.demand.forecast(now, policy.idle_time);
-        forecast.pipeline_jobs = self.pipelines.forecast(now, forecast.lead_time).jobs_due;
+        let pipelines = self.pipelines.forecast(now, forecast.lead_time);
+        forecast.pipeline_jobs = pipelines.jobs_due;
+        forecast.pipeline_released = pipelines.released;
         let plan = scaler::plan(&PlanInput {
             machines: &views,
             waiting_jobs: waiting,
@@ -372,6 +400,7 @@ impl<'a> Sim<'a> {
             forecast,
             now,
         });
+        self.trace(now, &plan);
         for r in &plan.drain {
             self.fleet.drain(&r.id);
         }

@@ -83,6 +83,8 @@ pub fn simulate(workload: &Path, policy: &Path) -> Result<Figures> {
         "autoscaler simulate failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // Empty unless RUST_LOG asks for the simulated planner's decisions.
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
     // The report's top level is the total over pools.
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)?;
     let number = |v: &serde_json::Value| v.as_f64().context("not a number in the report");

@@ -11,14 +11,18 @@ use crate::parallel::Job;
 
 /// Commands that run with nothing beside them, because what they check holds only on a host
 /// that is not busy with other tests:
-/// - the simulator's check replays the boot times this host's machines took and compares the
-///   waits: on a busy host the local provisioner and the injections slow down together, which
-///   the replayed times do not carry;
+/// - the simulator's checks (a bursty workload, overlapping pipelines) replay the boot times
+///   this host's machines took and compare the waits: on a busy host the local provisioner
+///   and the injections slow down together, which the replayed times do not carry;
 /// - the flaky-provisioner scenario gives each provisioner call 4 s, and makes half of them
 ///   fail on purpose: on a busy host the provisioner's own work (bash and jq) takes longer, so
 ///   that nearly every call fails, and its `list` cannot find the orphans it must clean up
 ///   before the scenario's deadline.
-const ALONE: &[&str] = &["e2e/test:simulator", "chaos:provisioner"];
+const ALONE: &[&str] = &[
+    "e2e/test:simulator",
+    "e2e/test:simulator_pipelines",
+    "chaos:provisioner",
+];
 
 /// Builds the test binaries (`cargo test --no-run`) and lists the suite's commands, the long
 /// ones first (the chaos scenarios and the Python suites, then the end-to-end tests), so that

@@ -93,6 +93,25 @@ fn gitlab_backlog_counts_while_fresh() {
     );
 }
 
+/// Jobs taken in one instant report GitLab's queue in no set order: the smallest stands (the
+/// queue only shrinks as the pool takes from it), and an older report never replaces a newer.
+#[test]
+fn the_latest_queue_report_stands() {
+    let mut t = DemandTracker::default();
+    t.job_arrived(5_000, Some(1));
+    t.foreseen_job_arrived(5_000, Some(3));
+    t.job_arrived(5_000, Some(2));
+    assert_eq!(t.forecast(5_000, 600_000).gitlab_backlog, 0);
+    t.job_arrived(4_000, Some(9));
+    assert_eq!(
+        t.forecast(5_000, 600_000).gitlab_backlog,
+        0,
+        "an older report"
+    );
+    t.job_arrived(6_000, Some(4));
+    assert_eq!(t.forecast(6_000, 600_000).gitlab_backlog, 3, "a newer one");
+}
+
 #[test]
 fn the_peak_need_covers_the_grace() {
     let mut t = DemandTracker::default();

@@ -71,6 +71,11 @@ impl StageShape {
         self.durations.by_pipeline.iter().map(|&(_, d)| d).min()
     }
 
+    /// The stage learned to follow it.
+    pub fn next_stage_name(&self) -> Option<&str> {
+        self.next.as_ref().map(|n| n.name.as_str())
+    }
+
     /// How many jobs the stage after it usually has.
     pub fn next_stage_jobs(&self) -> Option<u32> {
         self.next.as_ref()?.jobs.median()
@@ -161,6 +166,10 @@ pub struct Run {
     /// pipeline order), when the look-ahead asked: exact, where the shape is a median.
     #[serde(default)]
     announced: Option<Vec<(String, u32)>>,
+    /// Jobs (stage, name) that reached the pool before their stage started: the next stage's
+    /// jobs no longer on their way from GitLab ([`Run::arrived_of`]).
+    #[serde(default)]
+    arrived: BTreeSet<(String, String)>,
 }
 
 impl Run {
@@ -195,6 +204,21 @@ impl Run {
             Some(position) => self.stages[..position].last(),
             None => self.stages.last(),
         }
+    }
+
+    /// How many jobs of stage `name` reached the pool before the stage started.
+    pub fn arrived_of(&self, name: &str) -> u32 {
+        let n = self
+            .arrived
+            .iter()
+            .filter(|(stage, _)| stage == name)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// When the pipeline's latest job ended.
+    pub fn last_end(&self) -> Option<Millis> {
+        self.last_end
     }
 
     fn is_running(&self) -> bool {
@@ -235,6 +259,7 @@ impl ProjectShape {
             Some(position) => position,
             None if run.stages.len() < MAX_STAGES => {
                 let (previous, release) = (run.current_stage().cloned(), run.last_end);
+                run.arrived.retain(|(stage, _)| stage != job.stage);
                 run.stages.push(StageRun {
                     name: job.stage.to_string(),
                     started_at: at,
@@ -264,6 +289,19 @@ impl ProjectShape {
             && let Some(shape) = self.stages.get_mut(&previous)
         {
             shape.next_stage_had(job.stage, job.pipeline, &self.runs[index].stages[position]);
+        }
+    }
+
+    /// `job` reached the pool (taken from GitLab) at `at`; remembered until its stage starts.
+    pub fn job_arrived(&mut self, job: StagedJob<'_>, at: Millis) {
+        let Some(run) = self.runs.iter_mut().find(|r| r.pipeline == job.pipeline) else {
+            return;
+        };
+        run.last_seen = at;
+        let started = run.stages.iter().any(|s| s.name == job.stage);
+        if !started && run.arrived.len() < MAX_JOBS_PER_STAGE {
+            run.arrived
+                .insert((job.stage.to_string(), job.name.to_string()));
         }
     }
 
@@ -342,6 +380,7 @@ impl ProjectShape {
             stages: Vec::new(),
             last_end: None,
             announced: None,
+            arrived: BTreeSet::new(),
         });
         self.runs.len() - 1
     }

@@ -60,6 +60,41 @@ fn learn(t: &mut PipelineTracker, project: &str, stages: &[Stage<'_>]) -> Millis
     (1..=3).fold(0, |at, id| run_pipeline(t, project, id, stages, at))
 }
 
+/// Between a stage's end and its next stage's jobs reaching the pool (GitLab's pipeline
+/// processing, then the intake's requests) those jobs are held as released, one fewer for each
+/// that arrives; a next stage that does not come is held one lead time at most.
+#[test]
+fn a_released_stage_is_held_until_its_jobs_arrive() {
+    let mut t = PipelineTracker::default();
+    let start = learn(&mut t, "app", &FANOUT) + MINUTE;
+    start_stage(&mut t, "app", 4, FANOUT[0], start);
+    let end = start + 5 * MINUTE;
+    assert_eq!(
+        t.forecast(end - 1, LEAD).released,
+        0,
+        "the build still runs"
+    );
+    end_stage(&mut t, "app", 4, FANOUT[0], end);
+    let f = t.forecast(end + 200, LEAD);
+    assert_eq!((f.released, f.jobs_due), (8, 0));
+    for n in 0..3 {
+        t.job_arrived(job("app", 4, "test", &format!("test {n}")), end + 300);
+    }
+    assert_eq!(t.forecast(end + 400, LEAD).released, 5);
+    // The same job again (a request retried) is one job.
+    t.job_arrived(job("app", 4, "test", "test 0"), end + 450);
+    assert_eq!(t.forecast(end + 500, LEAD).released, 5);
+    // Once the stage starts, its jobs are running or waiting in the pool: nothing is held.
+    t.job_started(job("app", 4, "test", "test 0"), end + 600);
+    assert_eq!(t.forecast(end + 700, LEAD).released, 0);
+
+    // Pipeline 5's build fails: the tests never come, and are held one lead time at most.
+    start_stage(&mut t, "app", 5, FANOUT[0], end);
+    end_stage(&mut t, "app", 5, FANOUT[0], end + 5 * MINUTE);
+    assert_eq!(t.forecast(end + 5 * MINUTE + LEAD, LEAD).released, 8);
+    assert_eq!(t.forecast(end + 5 * MINUTE + LEAD + 1, LEAD).released, 0);
+}
+
 #[test]
 fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     let mut t = PipelineTracker::default();

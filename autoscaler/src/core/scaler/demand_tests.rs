@@ -30,6 +30,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         rises: crate::core::demand::Rises::flat(peak),
         gitlab_backlog: backlog,
         pipeline_jobs: 0,
+        pipeline_released: 0,
         lead_time: 60_000,
         surplus_grace: 60_000,
         need_peak: crate::core::demand::Rises::default(),
@@ -135,6 +136,33 @@ fn an_idle_machine_the_forecast_does_not_need_goes_after_the_lead_time() {
         ..forecast(0, 0)
     };
     assert_eq!(run(&fleet, 0, &DEMAND, recent, 200_000).destroy.len(), 1);
+}
+
+/// A stage whose jobs ended has released the next one in GitLab: until its jobs reach the
+/// pool, the idle machines they need stay. They are in GitLab's queue, so a queue report that
+/// counts them too adds nothing.
+#[test]
+fn idle_machines_stay_for_a_released_stage_on_its_way() {
+    let fleet = [ready("a", 0, 0), ready("b", 0, 0), ready("busy", 1, 0)];
+    let released = |jobs, backlog| Forecast {
+        pipeline_released: jobs,
+        ..forecast(0, backlog)
+    };
+    assert_eq!(
+        run(&fleet, 0, &DEMAND, released(0, 0), 200_000)
+            .destroy
+            .len(),
+        2
+    );
+    let held = run(&fleet, 0, &DEMAND, released(2, 0), 200_000);
+    assert!(held.destroy.is_empty() && held.create == 0, "{held:?}");
+    let one = run(&fleet, 0, &DEMAND, released(1, 0), 200_000);
+    assert_eq!(one.destroy.len(), 1, "{one:?}");
+    // GitLab reported the same two jobs queued: the larger counts, not the sum.
+    let both = run(&fleet, 0, &DEMAND, released(2, 2), 200_000);
+    assert!(both.destroy.is_empty() && both.create == 0, "{both:?}");
+    let more = run(&fleet, 0, &DEMAND, released(2, 3), 200_000);
+    assert_eq!((more.create, more.reason), (1, Reason::GitlabQueue));
 }
 
 #[test]

@@ -15,6 +15,7 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         rises: Rises::from_samples(samples, 600_000),
         gitlab_backlog: 0,
         pipeline_jobs,
+        pipeline_released: 0,
         lead_time,
         surplus_grace: 2 * lead_time,
         need_peak: Rises::default(),

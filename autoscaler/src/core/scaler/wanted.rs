@@ -23,7 +23,7 @@ impl Wanted {
             Strategy::Demand => (
                 forecast.buffer(p.target_wait),
                 forecast.foreseen_jobs(p.target_wait),
-                forecast.gitlab_backlog,
+                forecast.queued(),
             ),
         };
         let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));

@@ -1,14 +1,11 @@
-//! The simulator against the real service on pipelines, a measurement the test suite does not
-//! run (yet): one project's pipelines (a build job, then three test jobs) are created in the
-//! fake GitLab at the workload's times, and the fake releases each test stage when its build
-//! succeeds, as GitLab does. They run through the real processes (autoscaler, local provisioner
-//! with an injected boot delay, built-in sidecars running `sleep`) and through `autoscaler
-//! simulate` with the same pool settings and the boots the service's machines took; it prints
-//! both and exits 1 when they do not agree as the bursty workload's check
-//! (`tests/simulator.rs`) requires. They do not, yet: on overlapping pipelines the service
-//! makes more machines than the simulator (16 against 11 in one run); see
-//! `deploy/simulate/MODEL.md`. Run with `cargo run -p e2e --bin simcheck-pipelines` after
-//! `cargo build --workspace --bins`.
+//! The simulator checked against the real service on pipelines: one project's pipelines (a
+//! build job, then three test jobs) are created in the fake GitLab at the workload's times, and
+//! the fake releases each test stage when its build succeeds, as GitLab does. They run through
+//! the real processes (autoscaler, local provisioner with an injected boot delay, built-in
+//! sidecars running `sleep`) and through `autoscaler simulate` with the same pool settings and
+//! the boots the service's machines took; job waits (p50, p95, from the moment GitLab made each
+//! job pending) and machines created must agree as on the bursty workload (`simulator.rs`).
+//! Run alone by `cargo xtask test`, as that one is: both measure waits of seconds.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,8 +58,8 @@ const BOOT_DELAY_S: f64 = 4.0;
 /// autoscaler has none: the simulator does not model the look-ahead).
 const API_TOKEN: &str = "glpat-simulator-check";
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
-async fn main() -> Result<()> {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_simulator_agrees_with_the_real_service_on_overlapping_pipelines() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let workload = dir.path().join("workload.toml");
     std::fs::write(&workload, WORKLOAD)?;
