@@ -1,6 +1,6 @@
-//! What the simulator-against-the-service checks share: the figures compared, the agreement
-//! they must reach, `autoscaler simulate` run on a policy file, and the boots the service's
-//! machines took, written for the simulator to replay.
+//! What the simulator-against-the-service checks share: the service they run on, the figures
+//! compared, the agreement they must reach, `autoscaler simulate` run on a policy file, and
+//! the boots the service's machines took, written for the simulator to replay.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,6 +9,50 @@ use anyhow::{Context, Result, ensure};
 
 use crate::process::binary;
 use crate::replay::ReadyMachine;
+use crate::stack::{Autoscaler, FakeGitLab, PoolSpec};
+
+/// The service a check runs on: a fake GitLab and an autoscaler with one local pool, `local`,
+/// whose machines report `creating` for `boot_delay_s` after each create request and run the
+/// built-in sidecar. Drop the autoscaler before the machines' guard.
+#[derive(Debug)]
+pub struct BootingStack {
+    pub gitlab: FakeGitLab,
+    pub pool: PoolSpec,
+    pub autoscaler: Autoscaler,
+}
+
+/// Starts a [`BootingStack`] under `dir`, its machines under `machines_root`, the pool's
+/// `[pools.scaling]` being `scaling` and its creation throttle `create_limits`.
+pub async fn booting_stack(
+    dir: &Path,
+    machines_root: &Path,
+    boot_delay_s: f64,
+    create_limits: &str,
+    scaling: &str,
+) -> Result<BootingStack> {
+    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    let pool = PoolSpec::local_booting(
+        "local",
+        machines_root,
+        boot_delay_s,
+        create_limits,
+        scaling,
+        "mode = \"builtin\"\nready_timeout = \"60s\"",
+    );
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let autoscaler = Autoscaler::start(
+        &dir.join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        "long_poll_timeout = \"10s\"",
+    )
+    .await?;
+    Ok(BootingStack {
+        gitlab,
+        pool,
+        autoscaler,
+    })
+}
 
 /// What is compared: the jobs' waits and the machines that became ready.
 #[derive(Debug, Clone, Copy)]

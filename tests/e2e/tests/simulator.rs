@@ -10,10 +10,9 @@ use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::replay::{MachineWatch, percentile, replay};
 use e2e::simcheck::{
-    Figures, agree, boot_range, max, min, print_boot_parts, print_table, replayed_boots, rounded,
-    simulate_pool, sorted,
+    BootingStack, Figures, agree, boot_range, booting_stack, max, min, print_boot_parts,
+    print_table, replayed_boots, rounded, simulate_pool, sorted,
 };
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
 
 /// A burst of 24 jobs (more than the pool's 16 slots at once), a trickle of 6 while its
 /// machines go (idle_time 10 s), and a second burst of 12 spread over 15 s: 42 jobs.
@@ -64,21 +63,16 @@ async fn the_simulator_agrees_with_the_real_service_on_a_bursty_workload() -> Re
     let _cleanup = LocalMachinesGuard {
         root: machines_root.clone(),
     };
-    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    let pool = PoolSpec::local_booting(
-        "local",
+    let BootingStack {
+        gitlab,
+        pool,
+        autoscaler,
+    } = booting_stack(
+        dir.path(),
         &machines_root,
         BOOT_DELAY_S,
         CREATE_LIMITS,
         SCALING,
-        "mode = \"builtin\"\nready_timeout = \"60s\"",
-    );
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "long_poll_timeout = \"10s\"",
     )
     .await?;
     let watch = MachineWatch::default();

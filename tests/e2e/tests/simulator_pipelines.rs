@@ -14,8 +14,10 @@ use anyhow::{Result, ensure};
 use e2e::LocalMachinesGuard;
 use e2e::replay::{MachineWatch, percentile};
 use e2e::replay_pipelines::replay_pipelines;
-use e2e::simcheck::{Figures, agree, print_table, replayed_boots, rounded, simulate_pool, sorted};
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec};
+use e2e::simcheck::{
+    BootingStack, Figures, agree, booting_stack, print_table, replayed_boots, rounded,
+    simulate_pool, sorted,
+};
 
 /// Ten pipelines over 150 s, so that they overlap; each a 15-20 s build, then three 4-8 s test
 /// jobs: 40 jobs. (With six pipelines, 24 jobs, the p95 was the second-longest wait, and one
@@ -75,27 +77,22 @@ async fn the_simulator_agrees_with_the_real_service_on_overlapping_pipelines() -
     let _cleanup = LocalMachinesGuard {
         root: machines_root.clone(),
     };
-    let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
-    gitlab
-        .control
-        .add_api_token(API_TOKEN, &["read_api"])
-        .await?;
-    let pool = PoolSpec::local_booting(
-        "local",
+    let BootingStack {
+        gitlab,
+        pool,
+        autoscaler,
+    } = booting_stack(
+        dir.path(),
         &machines_root,
         BOOT_DELAY_S,
         CREATE_LIMITS,
         SCALING,
-        "mode = \"builtin\"\nready_timeout = \"60s\"",
-    );
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "long_poll_timeout = \"10s\"",
     )
     .await?;
+    gitlab
+        .control
+        .add_api_token(API_TOKEN, &["read_api"])
+        .await?;
     let watch = MachineWatch::default();
     let following = watch.follow(&autoscaler);
     let runs = replay_pipelines(
