@@ -56,6 +56,11 @@ pub struct Forecast {
     /// 90th percentile of the recent ones, so that a slow boot is planned for): the span within
     /// which a job can count only on the slots already held.
     pub lead_time: Millis,
+    /// How much longer the slowest twentieth of recent machines took than `lead_time` (the
+    /// 95th percentile of create-to-ready less the 90th; 0 until one was measured): what a
+    /// machine timed by `lead_time` may still be late by, 19 times in 20
+    /// ([`Forecast::pipeline_horizon`]).
+    pub lead_spread: Millis,
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
     /// The most job slots needed (in use, running or waiting, plus the buffer) during the last
@@ -234,6 +239,8 @@ impl DemandTracker {
         let start = self.arrivals.partition_point(|&t| t + window <= now);
         let recent: Vec<Millis> = self.arrivals.range(start..).copied().collect();
         let lead_time = slow_end(&self.lead_times).unwrap_or(DEFAULT_LEAD_TIME);
+        let lead_spread =
+            percentile(&self.lead_times, 95).map_or(0, |slowest| slowest.saturating_sub(lead_time));
         let gitlab_backlog = match self.queue_report {
             Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
             _ => 0,
@@ -259,6 +266,7 @@ impl DemandTracker {
             pipeline_jobs: 0,
             pipeline_released: 0,
             lead_time,
+            lead_spread,
             surplus_grace,
             need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
             window_peak: self.need_peak(now.saturating_sub(window)),
@@ -270,9 +278,14 @@ impl DemandTracker {
 
 /// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
 fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
+    percentile(samples, 90)
+}
+
+/// The `pct`th percentile of `samples` (nearest rank).
+fn percentile(samples: &VecDeque<Millis>, pct: usize) -> Option<Millis> {
     let mut sorted: Vec<Millis> = samples.iter().copied().collect();
     sorted.sort_unstable();
-    let rank = (sorted.len() * 9).div_ceil(10);
+    let rank = (sorted.len() * pct).div_ceil(100);
     sorted.get(rank.checked_sub(1)?).copied()
 }
 
@@ -289,6 +302,20 @@ pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
 }
 
 impl Forecast {
+    /// How far ahead the pipelines' next-stage jobs are held under `target_wait`, with a pass
+    /// at least every `pass_interval`. A machine asked for a lead time before its job is due is
+    /// ready by then 9 times in 10, and 19 times in 20 by `lead_spread` later; it is asked at a
+    /// pass, up to a pass interval late. A job may wait `target_wait`, so its machine can be
+    /// asked for that much later, less the spread and the pass interval: then 19 jobs in 20 so
+    /// foreseen wait no longer than the target, and each machine idles that much less before
+    /// its job comes. A target under those two holds them the whole lead time.
+    pub fn pipeline_horizon(&self, target_wait: Millis, pass_interval: Millis) -> Millis {
+        let late = target_wait
+            .saturating_sub(self.lead_spread)
+            .saturating_sub(pass_interval);
+        self.lead_time.saturating_sub(late)
+    }
+
     /// Jobs pending in GitLab that have not reached the pool: the queue GitLab last reported,
     /// or the released next stages' jobs if more (GitLab's report may predate them; they are
     /// in that queue, so the larger counts, not the sum).

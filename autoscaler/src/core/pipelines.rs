@@ -96,6 +96,25 @@ pub struct PipelineForecast {
     pub released: u32,
 }
 
+/// How far a forecast looks: the pool's lead time (a released stage is held at most that long
+/// after it ended) and how far ahead the next stages' jobs are held (`ahead`, at most the lead
+/// time: `core::demand::Forecast::pipeline_horizon`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Horizon {
+    pub lead_time: Millis,
+    pub ahead: Millis,
+}
+
+impl Horizon {
+    /// Jobs held the whole lead time ahead.
+    pub fn lead(lead_time: Millis) -> Self {
+        Self {
+            lead_time,
+            ahead: lead_time,
+        }
+    }
+}
+
 /// Which of the next stages' jobs a forecast counts: in a pool with machine classes each class
 /// holds slots only for the jobs that route to it, as a job runs only on its class's machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,28 +173,28 @@ impl PipelineTracker {
     /// The jobs expected pending by `now + lead_time`, from every pipeline in flight whose
     /// project's shape is known. Unknown projects and stages count nothing.
     pub fn forecast(&self, now: Millis, lead_time: Millis) -> PipelineForecast {
-        self.forecast_for(now, lead_time, ClassScope::All)
+        self.forecast_for(now, Horizon::lead(lead_time), ClassScope::All)
     }
 
-    /// [`Self::forecast`] of the jobs in `scope` only.
+    /// [`Self::forecast`] of the jobs in `scope` only, those due within `horizon.ahead`.
     pub fn forecast_for(
         &self,
         now: Millis,
-        lead_time: Millis,
+        horizon: Horizon,
         scope: ClassScope<'_>,
     ) -> PipelineForecast {
         let mut out = PipelineForecast::default();
         for project in self.projects.values() {
             for due in project
                 .runs()
-                .filter_map(|r| next_stage_due(project, r, (now, lead_time), scope))
+                .filter_map(|r| next_stage_due(project, r, (now, horizon.lead_time), scope))
             {
                 if due.jobs == 0 {
                     continue;
                 }
                 if due.released {
                     out.released = out.released.saturating_add(due.jobs);
-                } else if due.at <= now.saturating_add(lead_time) {
+                } else if due.at <= now.saturating_add(horizon.ahead) {
                     out.jobs_due = out.jobs_due.saturating_add(due.jobs);
                     out.pipelines += 1;
                 }

@@ -23,6 +23,10 @@ use crate::store::MachineRecord;
 
 /// How often the loop runs without being woken.
 const TICK: Duration = Duration::from_secs(1);
+/// The longest time between two passes, in the core's milliseconds: a machine the planner
+/// would ask for now may be asked for up to this much later.
+#[allow(clippy::cast_possible_truncation)] // a second
+pub(super) const PASS_INTERVAL: crate::core::Millis = TICK.as_millis() as crate::core::Millis;
 /// Shortest time between the starts of two passes over the machines.
 const PASS_GAP: Duration = Duration::from_millis(100);
 /// Stopping a sidecar before its machine is destroyed is a courtesy, bounded.

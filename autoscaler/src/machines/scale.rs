@@ -10,7 +10,7 @@ use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
 use crate::core::demand::{ClassDemand, ClassPass, Forecast, Rises};
 use crate::core::machine::MachineEvent;
-use crate::core::pipelines::ClassScope;
+use crate::core::pipelines::{ClassScope, Horizon};
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
 
@@ -67,7 +67,7 @@ impl PoolController {
                 waiting_jobs,
                 policy: &self.class_policy(policy, class, others.len()),
                 provisioner_paused: paused,
-                forecast: self.class_forecast(&mut demand, class, &pass),
+                forecast: self.class_forecast(&mut demand, class, &pass, policy.target_wait),
                 now,
             });
             plans.push((class, plan));
@@ -88,17 +88,22 @@ impl PoolController {
         demand: &mut ClassDemand,
         class: Option<&MachineClass>,
         pass: &ClassPass<'_>,
+        target_wait: Millis,
     ) -> Forecast {
         let forecast = demand.forecast(class.map(|c| c.name.as_str()), pass);
+        let horizon = Horizon {
+            lead_time: forecast.lead_time,
+            ahead: forecast.pipeline_horizon(target_wait, super::controller::PASS_INTERVAL),
+        };
         let is_default = self.is_default(class);
         let scope = class.map_or(ClassScope::All, |c| ClassScope::Class {
             name: &c.name,
             is_default,
         });
-        let pipelines =
-            self.pipeline_learning()
-                .tracker
-                .forecast_for(pass.now, forecast.lead_time, scope);
+        let pipelines = self
+            .pipeline_learning()
+            .tracker
+            .forecast_for(pass.now, horizon, scope);
         let (pipeline_jobs, pipeline_released) = (pipelines.jobs_due, pipelines.released);
         if !is_default {
             return Forecast {

@@ -28,7 +28,7 @@ use crate::core::Millis;
 use crate::core::breaker::Breaker;
 use crate::core::demand::DemandTracker;
 use crate::core::machine::MachineState;
-use crate::core::pipelines::{PipelineTracker, StagedJob};
+use crate::core::pipelines::{ClassScope, Horizon, PipelineTracker, StagedJob};
 use crate::core::scaler::{self, PlanInput};
 use crate::core::schedule;
 use crate::core::throttle::TokenBucket;
@@ -389,7 +389,11 @@ impl<'a> Sim<'a> {
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
         let mut forecast = self.demand.forecast(now, policy.idle_time);
-        let pipelines = self.pipelines.forecast(now, forecast.lead_time);
+        let horizon = Horizon {
+            lead_time: forecast.lead_time,
+            ahead: forecast.pipeline_horizon(policy.target_wait, TICK),
+        };
+        let pipelines = self.pipelines.forecast_for(now, horizon, ClassScope::All);
         forecast.pipeline_jobs = pipelines.jobs_due;
         forecast.pipeline_released = pipelines.released;
         let plan = scaler::plan(&PlanInput {

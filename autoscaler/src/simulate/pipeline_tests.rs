@@ -269,11 +269,16 @@ const FANOUT: &str = "start = \"2026-11-23T08:00:00Z\"\nlength = \"10h\"\n\
     [[pipelines.stages]]\nname = \"build\"\njobs = [\"compile\"]\nduration = \"5m\"\n\
     [[pipelines.stages]]\nname = \"test\"\njobs = 8\nduration = \"6m\"\n";
 
-/// The test jobs' waits, pipeline by pipeline, with or without the pipeline forecast.
-fn test_stage_waits(pipelines: engine::Pipelines) -> Vec<Vec<Millis>> {
+/// [`POLICY`] with a target under a pass: foreseen jobs may not wait.
+const STRICT: &str = "[[pools]]\nname = \"default\"\n[pools.scaling]\nmax_machines = 10\n\
+    target_wait = \"1s\"\n[pools.provisioner]\nboot_times = [\"60s\"]\nprice_per_hour = 0.5\n";
+
+/// The test jobs' waits under `policy`, pipeline by pipeline, with or without the pipeline
+/// forecast.
+fn test_stage_waits(policy: &str, pipelines: engine::Pipelines) -> Vec<Vec<Millis>> {
     let dir = tempfile::tempdir().unwrap();
     let load = Load::read(&write(dir.path(), "w.toml", FANOUT)).unwrap();
-    let pools = policy::read(&Input::read(&write(dir.path(), "p.toml", POLICY)).unwrap()).unwrap();
+    let pools = policy::read(&Input::read(&write(dir.path(), "p.toml", policy)).unwrap()).unwrap();
     let own = PoolLoad {
         jobs: &load.jobs,
         pipelines: &load.pipelines,
@@ -292,8 +297,8 @@ fn test_stage_waits(pipelines: engine::Pipelines) -> Vec<Vec<Millis>> {
 
 #[test]
 fn the_pipeline_forecast_has_machines_ready_for_the_second_stage() {
-    let without = test_stage_waits(engine::Pipelines::Ignored);
-    let with = test_stage_waits(engine::Pipelines::Learned);
+    let without = test_stage_waits(STRICT, engine::Pipelines::Ignored);
+    let with = test_stage_waits(STRICT, engine::Pipelines::Learned);
     assert!(with.iter().chain(&without).all(|w| w.len() == 8));
     let total = |w: &[Vec<Millis>]| w.iter().flatten().sum::<Millis>();
     // Without it, the tests of a pipeline on its own wait for boots (a minute).
@@ -308,4 +313,18 @@ fn the_pipeline_forecast_has_machines_ready_for_the_second_stage() {
         total(&with) < total(&without) / 4,
         "{with:?} vs {without:?}"
     );
+}
+
+/// Under the default target (30 s) the machines for the next stage are asked for later, so
+/// that its jobs wait up to the target (boots here are all alike: no spread), not longer; a
+/// pass comes at least every 5 s, so a machine is asked for at most that late.
+#[test]
+fn under_a_target_the_next_stage_waits_no_longer_than_it() {
+    let with = test_stage_waits(POLICY, engine::Pipelines::Learned);
+    let waits: Vec<Millis> = with[1..].iter().flatten().copied().collect();
+    assert!(
+        waits.iter().all(|&w| w <= 30_000 + engine::TICK),
+        "{with:?}"
+    );
+    assert!(waits.iter().any(|&w| w > engine::TICK), "{with:?}");
 }

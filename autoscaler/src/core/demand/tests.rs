@@ -75,6 +75,26 @@ fn a_slow_recent_machine_sets_the_lead_time() {
     );
 }
 
+/// The spread is how much slower the slowest twentieth of recent machines were than the lead
+/// time; the pipelines' horizon is the lead time less the target's wait, less that spread and
+/// a pass interval.
+#[test]
+fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
+    let mut t = DemandTracker::default();
+    assert_eq!(t.forecast(0, 600_000).lead_spread, 0, "nothing measured");
+    // Twenty machines: 30..=87 s in steps of 3 s. The 90th percentile is the 18th (81 s),
+    // the 95th the 19th (84 s).
+    for i in 0..20 {
+        t.machine_ready(30_000 + i * 3_000);
+    }
+    let f = t.forecast(0, 600_000);
+    assert_eq!((f.lead_time, f.lead_spread), (81_000, 3_000));
+    assert_eq!(f.pipeline_horizon(30_000, 1_000), 81_000 - 26_000);
+    let under = f.pipeline_horizon(4_000, 1_000);
+    assert_eq!(under, 81_000, "a target under the spread and a pass");
+    assert_eq!(f.pipeline_horizon(200_000, 1_000), 0);
+}
+
 #[test]
 fn gitlab_backlog_counts_while_fresh() {
     let mut t = DemandTracker::default();

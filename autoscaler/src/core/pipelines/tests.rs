@@ -106,6 +106,13 @@ fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     assert_eq!(t.forecast(due - LEAD - 1, LEAD).jobs_due, 0);
     let f = t.forecast(due - LEAD, LEAD);
     assert_eq!((f.jobs_due, f.pipelines), (8, 1));
+    // A horizon shorter than the lead time (the target lets them wait) counts them later.
+    let horizon = Horizon {
+        lead_time: LEAD,
+        ahead: LEAD / 3,
+    };
+    let later = |at| t.forecast_for(at, horizon, ClassScope::All).jobs_due;
+    assert_eq!((later(due - LEAD), later(due - LEAD / 3)), (0, 8));
     // Once the build has ended the tests are pending: the planner counts them as waiting.
     end_stage(&mut t, "app", 4, FANOUT[0], due);
     assert_eq!(t.forecast(due, LEAD).jobs_due, 0);
@@ -314,7 +321,10 @@ fn each_class_holds_for_the_next_stage_jobs_that_route_to_it() {
         },
         at,
     );
-    let due = |scope| t.forecast_for(at + 5 * MINUTE, LEAD, scope).jobs_due;
+    let due = |scope| {
+        t.forecast_for(at + 5 * MINUTE, Horizon::lead(LEAD), scope)
+            .jobs_due
+    };
     let class = |name, is_default| ClassScope::Class { name, is_default };
     assert_eq!(due(class("small", true)), 6);
     assert_eq!(due(class("large", false)), 2);
@@ -327,7 +337,10 @@ fn a_stage_learned_without_classes_is_held_in_the_default_class() {
     let mut t = PipelineTracker::default();
     let start = learn(&mut t, "app", &FANOUT);
     start_stage(&mut t, "app", 4, FANOUT[0], start);
-    let due = |scope| t.forecast_for(start + 5 * MINUTE, LEAD, scope).jobs_due;
+    let due = |scope| {
+        t.forecast_for(start + 5 * MINUTE, Horizon::lead(LEAD), scope)
+            .jobs_due
+    };
     let class = |name, is_default| ClassScope::Class { name, is_default };
     assert_eq!(due(class("small", true)), 8);
     assert_eq!(due(class("large", false)), 0);

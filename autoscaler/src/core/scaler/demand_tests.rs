@@ -32,6 +32,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         pipeline_jobs: 0,
         pipeline_released: 0,
         lead_time: 60_000,
+        lead_spread: 0,
         surplus_grace: 60_000,
         need_peak: crate::core::demand::Rises::default(),
         window_peak: 0,

@@ -17,6 +17,7 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         pipeline_jobs,
         pipeline_released: 0,
         lead_time,
+        lead_spread: 0,
         surplus_grace: 2 * lead_time,
         need_peak: Rises::default(),
         window_peak: 0,
