@@ -31,3 +31,14 @@ pub fn init(config: &LogConfig) -> WorkerGuard {
     };
     guard
 }
+
+/// For commands that log only when asked: with `RUST_LOG` set, [`init`] at that filter (text
+/// on stderr); without it, nothing.
+pub fn init_if_asked() -> Option<WorkerGuard> {
+    std::env::var_os("RUST_LOG").map(|_| {
+        init(&LogConfig {
+            level: "warn".into(),
+            format: LogFormat::Text,
+        })
+    })
+}

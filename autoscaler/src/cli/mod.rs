@@ -178,12 +178,7 @@ impl Cli {
                 Some(policy) => {
                     // The planner's decisions go to stderr when asked for
                     // (`RUST_LOG=autoscaler::simulate=debug`); stdout stays the report.
-                    let _log_writer = std::env::var_os("RUST_LOG").map(|_| {
-                        telemetry::init(&crate::config::LogConfig {
-                            level: "warn".into(),
-                            format: crate::config::LogFormat::Text,
-                        })
-                    });
+                    let _log_writer = telemetry::init_if_asked();
                     print_simulation(crate::simulate::simulate(&workload, &policy))
                 }
                 None => print_simulation(crate::simulate::oracle(&workload, boot_time)),
