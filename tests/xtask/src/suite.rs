@@ -150,7 +150,7 @@ fn free_disk(root: &Path) -> String {
         });
     match free_kib {
         Some(kib) => format!(
-            "{:.1} GiB free under {} (a clean test build takes about 5 GiB)",
+            "{:.1} GiB free under {} (a clean test build takes about 4 GiB)",
             kib as f64 / 1024.0 / 1024.0,
             target.display()
         ),
