@@ -308,10 +308,10 @@ fn next_stage_due(
 /// after GitLab's pipeline processing and the intake's next request: in between they are
 /// neither running nor waiting here, and a pass then would release the very machines they
 /// need (the pass a job's end triggers comes in exactly that gap). They are held as pending
-/// until they arrive, for at most one lead time after the end: a next stage that has not come by then
-/// (a failed job stopped the pipeline) is not coming soon, and a machine made for it at the
-/// end would have been ready by then. Arrivals are counted over every class, so a pool with
-/// classes may hold fewer than its class's share, never more.
+/// until they arrive, for at most one lead time after the end: a next stage that has not come
+/// by then (a failed job stopped the pipeline) is not coming soon, and a machine made for it
+/// at the end would have been ready by then. Arrivals are counted over every class, so a pool
+/// with classes may hold fewer than its class's share, never more.
 fn released(
     run: &Run,
     current: &StageRun,
