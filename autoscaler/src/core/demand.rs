@@ -226,9 +226,10 @@ impl DemandTracker {
     }
 
     /// The forecast at `now` from the arrivals of the last `window` (older ones are dropped
-    /// once older than [`MAX_WINDOW`]). Records the slots in use and needed now, for the
-    /// rises and `need_peak`.
-    pub fn forecast(&mut self, now: Millis, window: Millis) -> Forecast {
+    /// once older than [`MAX_WINDOW`]), for a pool whose target is `target_wait` (it sets the
+    /// grace, [`surplus_grace`]). Records the slots in use and needed now, for the rises and
+    /// `need_peak`.
+    pub fn forecast(&mut self, now: Millis, window: Millis, target_wait: Millis) -> Forecast {
         let window = window.clamp(1, MAX_WINDOW);
         while self.arrivals.front().is_some_and(|&t| t + MAX_WINDOW < now) {
             self.arrivals.pop_front();
@@ -253,7 +254,7 @@ impl DemandTracker {
             .map(|(rise, &t)| (rise, window.saturating_sub(now.saturating_sub(t))))
             .collect();
         let rises = Rises::from_samples(&weighed, window);
-        let surplus_grace = surplus_grace(lead_time, window);
+        let surplus_grace = surplus_grace(lead_time, target_wait, window);
         self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
@@ -362,17 +363,19 @@ impl Forecast {
     }
 }
 
-/// How long an idle machine the forecast does not need is kept: two lead times. Releasing it
-/// costs, if it turns out to be needed, a new machine's boot (one lead time of machine time)
-/// and the wait of the job that finds it missing (up to one lead time; a job's wait is priced
-/// as machine time, the one exchange rate the model assumes). Keeping it idle costs its idle
-/// time. Not knowing when it will be needed, keeping it until the idle time equals what
+/// How long an idle machine the forecast does not need is kept: a lead time, and a second one
+/// less `target_wait`. Releasing it costs, if it turns out to be needed, a new machine's boot
+/// (one lead time of machine time) and the wait of the job that finds it missing: up to one
+/// lead time, of which the operator accepted `target_wait` (a job's wait beyond the target is
+/// priced as machine time, the one exchange rate the model assumes). Keeping it idle costs its
+/// idle time. Not knowing when it will be needed, keeping it until the idle time equals what
 /// releasing it would cost at worst, then releasing it, never pays more than twice the cost of
 /// knowing the future (the break-even rule of renting against buying). The buffer keeps the
 /// slots the target asks for whatever their idle time; this is only for machines beyond it.
 /// At most `idle_time`.
-pub fn surplus_grace(lead_time: Millis, idle_time: Millis) -> Millis {
-    lead_time.saturating_mul(2).min(idle_time)
+pub fn surplus_grace(lead_time: Millis, target_wait: Millis, idle_time: Millis) -> Millis {
+    let excess_wait = lead_time.saturating_sub(target_wait);
+    lead_time.saturating_add(excess_wait).min(idle_time)
 }
 
 /// Whether a machine created at `created_at` is in the last part of a paid period, where

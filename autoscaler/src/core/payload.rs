@@ -108,16 +108,18 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
     })
 }
 
-/// The job's pipeline, stage and name, when the payload says all three.
+/// The job's pipeline, stage and name, when the payload says all three, and whether a
+/// pipeline schedule made it (`CI_PIPELINE_SOURCE` is `schedule`).
 fn place(p: &Payload) -> Option<PipelinePlace> {
     let info = p.job_info.as_ref()?;
-    let from_variables = || {
+    let variable = |key: &str| {
         p.variables
             .iter()
             .flatten()
-            .find(|v| v.key == "CI_PIPELINE_ID")
-            .and_then(|v| v.value.as_deref()?.parse().ok())
+            .find(|v| v.key == key)
+            .and_then(|v| v.value.as_deref())
     };
+    let from_variables = || variable("CI_PIPELINE_ID").and_then(|v| v.parse().ok());
     let pipeline = info
         .pipeline_id
         .filter(|&id| id > 0)
@@ -128,6 +130,7 @@ fn place(p: &Payload) -> Option<PipelinePlace> {
         pipeline,
         stage,
         name,
+        scheduled: variable("CI_PIPELINE_SOURCE") == Some("schedule"),
     })
 }
 
@@ -164,6 +167,7 @@ mod tests {
             pipeline,
             stage: stage.into(),
             name: name.into(),
+            scheduled: false,
         };
         assert_eq!(recent.unwrap().place, Some(place(40, "test", "rspec 1/8")));
         let older = parse(
@@ -180,6 +184,15 @@ mod tests {
         );
         let bare = parse(br#"{"id": 1, "token": "t"}"#);
         assert_eq!(bare.unwrap().place, None);
+        let scheduled = parse(
+            br#"{"id": 1, "token": "t", "job_info": {"pipeline_id": 42, "stage": "extract", "name": "e"},
+                 "variables": [{"key": "CI_PIPELINE_SOURCE", "value": "schedule", "public": true}]}"#,
+        );
+        let scheduled_place = scheduled.unwrap().place.expect("placed");
+        assert!(
+            scheduled_place.scheduled,
+            "a schedule's pipeline is told apart"
+        );
     }
 
     #[test]

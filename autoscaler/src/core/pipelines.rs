@@ -18,6 +18,9 @@
 //! ([`PipelineTracker::announce`]), which replace the learned counts for that pipeline (the
 //! learned shape still says when they come, and how they split by machine class).
 //!
+//! With the same token it reads each project's pipeline schedules: the first stage of a
+//! scheduled pipeline is held for a horizon before GitLab's `next_run_at` (`schedules`).
+//!
 //! Shapes change (a stage added, a job removed): the job count and the usual duration are
 //! medians of the last few pipelines, and a stage followed by a different one starts afresh,
 //! so a change is learned within a pipeline or two. Memory is bounded: a cap on projects, on stages and pipelines in
@@ -25,6 +28,7 @@
 //!
 //! Pure: time comes in as an argument.
 
+mod schedules;
 mod shape;
 
 use std::collections::BTreeMap;
@@ -69,6 +73,9 @@ pub struct PipelinePlace {
     pub pipeline: u64,
     pub stage: String,
     pub name: String,
+    /// A pipeline schedule made the pipeline (records kept before this was read: no).
+    #[serde(default)]
+    pub scheduled: bool,
 }
 
 impl PipelinePlace {
@@ -91,6 +98,8 @@ pub struct PipelineForecast {
     pub jobs_due: u32,
     /// Pipelines whose next stage was counted.
     pub pipelines: u32,
+    /// Of `jobs_due`, those of scheduled pipelines not created yet (`schedules`).
+    pub scheduled: u32,
     /// Jobs of next stages GitLab made pending (the stage before them ended) that have not
     /// reached the pool yet: part of GitLab's queue, not of `jobs_due`.
     pub released: u32,
@@ -154,6 +163,21 @@ impl PipelineTracker {
         self.project(project, at).announce(pipeline, stages, at);
     }
 
+    /// GitLab lists `next_runs` (the `next_run_at` of each of `project`'s active pipeline
+    /// schedules) at `now`.
+    pub fn schedules_listed(&mut self, project: &str, next_runs: Vec<Millis>, now: Millis) {
+        self.project(project, now).schedules.listed(next_runs, now);
+    }
+
+    /// A job of `project`'s `pipeline`, made by a schedule (`CI_PIPELINE_SOURCE` is
+    /// `schedule`), reached the pool at `at`: whether it is one a scheduled run held for (then
+    /// it is no news to the forecast from arrivals, as a foreseen stage's job is not).
+    pub fn scheduled_job_arrived(&mut self, project: &str, pipeline: u64, at: Millis) -> bool {
+        self.projects
+            .get_mut(project)
+            .is_some_and(|p| p.schedules.job_arrived(pipeline, at))
+    }
+
     /// `job` ended at `at` (whether it passed or failed: either way its slot is free, and a
     /// failed one makes the next stage never come, which the learned figures do not count).
     pub fn job_ended(&mut self, job: StagedJob<'_>, at: Millis) {
@@ -185,6 +209,21 @@ impl PipelineTracker {
     ) -> PipelineForecast {
         let mut out = PipelineForecast::default();
         for project in self.projects.values() {
+            // A scheduled run's first stage has no class learned: it is the default class's.
+            if matches!(
+                scope,
+                ClassScope::All
+                    | ClassScope::Class {
+                        is_default: true,
+                        ..
+                    }
+            ) {
+                let due = project
+                    .schedules
+                    .jobs_due(now, horizon.ahead, horizon.lead_time);
+                out.jobs_due = out.jobs_due.saturating_add(due);
+                out.scheduled = out.scheduled.saturating_add(due);
+            }
             for due in project
                 .runs()
                 .filter_map(|r| next_stage_due(project, r, (now, horizon.lead_time), scope))

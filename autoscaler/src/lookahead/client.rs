@@ -8,18 +8,24 @@
 //!   still waiting for an earlier stage, a page of 100 at a time (`X-Next-Page`). It needs
 //!   `read_api` (or `api`) and a user who may read the project's pipelines (Reporter, or any
 //!   member of a public project whose pipelines are public).
+//! - `GET /api/v4/projects/:id/pipeline_schedules?scope=active` (GitLab's
+//!   `lib/api/ci/pipeline_schedules.rb`, "Get all pipeline schedules"), every few minutes for
+//!   each project seen: each active schedule's `next_run_at`. The same token and role read
+//!   it (`read_pipeline_schedule`, which GitLab's project policy gives with `read_pipeline`).
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::gitlab_api::{self, error_message, next_page, rate_limit_wait};
 use crate::secret::Secret;
 
 /// Jobs per page: GitLab's maximum.
 const PER_PAGE: u32 = 100;
-/// Pages read of one pipeline: 2,000 jobs, beyond GitLab's own limits of a pipeline's size.
+/// Pages read of one list: 2,000 jobs, beyond GitLab's own limits of a pipeline's size (and
+/// 2,000 schedules of a project).
 const MAX_PAGES: u32 = 20;
 
 /// Why a call gave no answer.
@@ -47,6 +53,26 @@ pub enum ApiError {
 pub struct PipelineJob {
     pub id: u64,
     pub stage: String,
+}
+
+/// One pipeline schedule, as far as the look-ahead reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PipelineSchedule {
+    /// When GitLab creates its next pipeline (at or after it); ISO 8601, UTC.
+    pub next_run_at: Option<String>,
+    #[serde(default)]
+    pub active: bool,
+}
+
+impl PipelineSchedule {
+    /// `next_run_at` in milliseconds since the epoch, when the schedule is active and the time
+    /// reads as GitLab writes it.
+    pub fn next_run_ms(&self) -> Option<u64> {
+        let at = chrono::DateTime::parse_from_rfc3339(self.next_run_at.as_deref()?).ok()?;
+        self.active
+            .then(|| u64::try_from(at.timestamp_millis()).ok())
+            .flatten()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,20 +115,37 @@ impl ApiClient {
         pipeline: u64,
         now_s: u64,
     ) -> Result<Vec<PipelineJob>, ApiError> {
-        let mut jobs = Vec::new();
+        let path = format!("/api/v4/projects/{project}/pipelines/{pipeline}/jobs?scope[]=created");
+        self.every_page(&path, now_s).await
+    }
+
+    /// `project`'s active pipeline schedules, every page of them.
+    pub async fn active_schedules(
+        &self,
+        project: u64,
+        now_s: u64,
+    ) -> Result<Vec<PipelineSchedule>, ApiError> {
+        let path = format!("/api/v4/projects/{project}/pipeline_schedules?scope=active");
+        self.every_page(&path, now_s).await
+    }
+
+    /// Every page (up to [`MAX_PAGES`]) of the list at `path`, which has a query already.
+    async fn every_page<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        now_s: u64,
+    ) -> Result<Vec<T>, ApiError> {
+        let mut items = Vec::new();
         let mut page = Some(1);
         while let Some(number) = page.filter(|&n| n <= MAX_PAGES) {
-            let path = format!(
-                "/api/v4/projects/{project}/pipelines/{pipeline}/jobs\
-                 ?scope[]=created&per_page={PER_PAGE}&page={number}"
-            );
+            let path = format!("{path}&per_page={PER_PAGE}&page={number}");
             let (body, next) = self.get(&path, now_s).await?;
-            let mut these: Vec<PipelineJob> =
+            let mut these: Vec<T> =
                 serde_json::from_str(&body).map_err(|e| ApiError::BadAnswer(e.to_string()))?;
-            jobs.append(&mut these);
+            items.append(&mut these);
             page = next;
         }
-        Ok(jobs)
+        Ok(items)
     }
 
     /// One GET: its body and the next page's number.
@@ -183,6 +226,23 @@ mod tests {
             stages_to_come(&jobs),
             [("test".to_string(), 2), ("deploy".to_string(), 2)]
         );
+    }
+
+    #[test]
+    fn an_active_schedule_s_next_run_reads_as_gitlab_writes_it() {
+        let schedule = |at: &str, active| PipelineSchedule {
+            next_run_at: Some(at.into()),
+            active,
+        };
+        assert_eq!(
+            schedule("2026-11-28T02:03:00.000Z", true).next_run_ms(),
+            Some(1_795_831_380_000)
+        );
+        assert_eq!(
+            schedule("2026-11-28T02:03:00.000Z", false).next_run_ms(),
+            None
+        );
+        assert_eq!(schedule("tomorrow", true).next_run_ms(), None);
     }
 
     #[test]

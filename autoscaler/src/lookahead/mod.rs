@@ -10,17 +10,24 @@
 //! doubling backoff a few times, then that pipeline goes without (the learned forecast
 //! stands). The token is checked once at start: one it refuses, or one without `read_api`,
 //! is one clear error and the look-ahead stays off; the pools run on without it.
+//!
+//! The same worker reads, every [`SCHEDULES_EVERY`], each seen project's active pipeline
+//! schedules (`schedules`): when GitLab will create their next pipelines.
 
 mod client;
+mod schedules;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use self::client::{ApiClient, ApiError, PipelineJob, reads_the_api, stages_to_come};
+pub use self::client::{
+    ApiClient, ApiError, PipelineJob, PipelineSchedule, reads_the_api, stages_to_come,
+};
+pub use self::schedules::{SCHEDULES_EVERY, ScheduleListing};
 use crate::clock::Clock;
 use crate::gitlab_api::{FIRST_BACKOFF, next_backoff};
 
@@ -57,12 +64,39 @@ struct Ask {
 pub struct LookAhead {
     client: ApiClient,
     clock: Arc<dyn Clock>,
-    sender: mpsc::Sender<Ask>,
-    receiver: Mutex<Option<mpsc::Receiver<Ask>>>,
+    sender: mpsc::Sender<Work>,
+    receiver: Mutex<Option<mpsc::Receiver<Work>>>,
     asked: Mutex<Asked>,
     answers: Mutex<HashMap<String, Vec<Announcement>>>,
+    /// Projects seen, and the pools that saw them: whose schedules are read.
+    projects: Mutex<BTreeMap<u64, BTreeSet<String>>>,
+    /// Schedules read, for each pool, since it last took them.
+    listings: Mutex<HashMap<String, Vec<ScheduleListing>>>,
     /// Projects whose pipelines the token may not read, said once each.
     refused_projects: Mutex<HashSet<u64>>,
+}
+
+/// How a call through rate limits and outages ended.
+#[derive(Debug)]
+enum Called<T> {
+    Answered(T),
+    /// A 403 or 404 (or an answer not as documented): this project or pipeline goes without.
+    Refused(ApiError),
+    /// Still rate-limited or unavailable after [`TRIES`].
+    NoAnswer,
+    /// A 401: GitLab no longer takes the token.
+    TokenGone,
+}
+
+/// What the worker does next.
+#[derive(Debug)]
+enum Work {
+    /// Read a pipeline's stages to come.
+    Ask(Ask),
+    /// Read a project first seen's schedules.
+    Schedules(u64),
+    /// Read every seen project's schedules (every [`SCHEDULES_EVERY`]).
+    AllSchedules,
 }
 
 /// Pipelines asked about, oldest first, bounded.
@@ -102,6 +136,8 @@ impl LookAhead {
             receiver: Mutex::new(Some(receiver)),
             asked: Mutex::default(),
             answers: Mutex::default(),
+            projects: Mutex::default(),
+            listings: Mutex::default(),
             refused_projects: Mutex::default(),
         }))
     }
@@ -109,6 +145,7 @@ impl LookAhead {
     /// Asks, off the caller's path, what is still to come in `project`'s `pipeline`, for
     /// `pool`. Each pipeline is asked about once.
     pub fn ask(&self, pool: &str, project: u64, pipeline: u64) {
+        self.saw(pool, project);
         if !lock(&self.asked).first_time((project, pipeline)) {
             return;
         }
@@ -117,7 +154,7 @@ impl LookAhead {
             project,
             pipeline,
         };
-        if self.sender.try_send(ask).is_err() {
+        if self.sender.try_send(Work::Ask(ask)).is_err() {
             tracing::debug!(
                 pool,
                 project,
@@ -144,13 +181,23 @@ impl LookAhead {
             () = stop.cancelled() => return,
         }
         let gap = Duration::from_millis(1_000 / PER_SECOND);
+        let mut schedules = tokio::time::interval(SCHEDULES_EVERY);
+        schedules.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let ask = tokio::select! {
-                ask = receiver.recv() => match ask { Some(ask) => ask, None => return },
+            let work = tokio::select! {
+                work = receiver.recv() => match work { Some(work) => work, None => return },
+                _ = schedules.tick() => Work::AllSchedules,
                 () = stop.cancelled() => return,
             };
+            let done = async {
+                match work {
+                    Work::Ask(ask) => self.answer(ask).await,
+                    Work::Schedules(project) => self.read_schedules(Some(project), gap).await,
+                    Work::AllSchedules => self.read_schedules(None, gap).await,
+                }
+            };
             tokio::select! {
-                usable = self.answer(ask) => if !usable { return },
+                usable = done => if !usable { return },
                 () = stop.cancelled() => return,
             }
             tokio::select! {
@@ -191,51 +238,66 @@ impl LookAhead {
     /// Asks GitLab about one pipeline, through rate limits and a few outages. False when
     /// GitLab no longer takes the token (revoked or expired since the start: a 401).
     async fn answer(&self, ask: Ask) -> bool {
+        let call = || {
+            self.client
+                .created_jobs(ask.project, ask.pipeline, self.now_s())
+        };
+        match self.through_faults(call).await {
+            Called::Answered(jobs) => {
+                let announcement = Announcement {
+                    project: ask.project,
+                    pipeline: ask.pipeline,
+                    stages: stages_to_come(&jobs),
+                };
+                tracing::debug!(pool = %ask.pool, project = ask.project, pipeline = ask.pipeline, stages = ?announcement.stages, "GitLab announced the pipeline's stages to come");
+                lock(&self.answers)
+                    .entry(ask.pool)
+                    .or_default()
+                    .push(announcement);
+            }
+            Called::Refused(e) => self.refused_project(&ask.pool, ask.project, &e),
+            Called::NoAnswer => {
+                tracing::debug!(pool = %ask.pool, project = ask.project, pipeline = ask.pipeline, "GitLab's API did not answer about the pipeline; it goes on the learned forecast");
+            }
+            Called::TokenGone => return false,
+        }
+        true
+    }
+
+    /// Makes `call` through rate limits (waited out as GitLab asks) and a few outages (retried
+    /// with a doubling backoff). A 401 means GitLab no longer takes the token (revoked or
+    /// expired since the start): said here, once.
+    async fn through_faults<T, F, Fut>(&self, call: F) -> Called<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
         let mut backoff = FIRST_BACKOFF;
         for _ in 0..TRIES {
-            let wait = match self
-                .client
-                .created_jobs(ask.project, ask.pipeline, self.now_s())
-                .await
-            {
-                Ok(jobs) => {
-                    let announcement = Announcement {
-                        project: ask.project,
-                        pipeline: ask.pipeline,
-                        stages: stages_to_come(&jobs),
-                    };
-                    tracing::debug!(pool = %ask.pool, project = ask.project, pipeline = ask.pipeline, stages = ?announcement.stages, "GitLab announced the pipeline's stages to come");
-                    lock(&self.answers)
-                        .entry(ask.pool)
-                        .or_default()
-                        .push(announcement);
-                    return true;
-                }
+            let wait = match call().await {
+                Ok(answer) => return Called::Answered(answer),
                 Err(ApiError::RateLimited { wait }) => wait,
                 Err(ApiError::Unavailable(_)) => next_backoff(&mut backoff),
                 Err(e @ ApiError::Refused { status, .. }) if status.as_u16() == 401 => {
                     tracing::error!(error = %e, "GitLab no longer takes the look-ahead API token; the look-ahead is off and the pools run on the learned pipeline forecast");
-                    return false;
+                    return Called::TokenGone;
                 }
-                Err(e) => {
-                    self.refused(&ask, &e);
-                    return true;
-                }
+                Err(e) => return Called::Refused(e),
             };
             tokio::time::sleep(wait).await;
         }
-        tracing::debug!(pool = %ask.pool, project = ask.project, pipeline = ask.pipeline, "GitLab's API did not answer about the pipeline; it goes on the learned forecast");
-        true
+        Called::NoAnswer
     }
 
-    /// A project whose pipelines the token may not read (403, 404): said once per project.
-    fn refused(&self, ask: &Ask, e: &ApiError) {
+    /// `project`, asked about for `pool`, may not be read with the token (403, 404): said
+    /// once per project.
+    fn refused_project(&self, pool: &str, project: u64, e: &ApiError) {
         let mut refused = lock(&self.refused_projects);
         if refused.len() >= REMEMBERED {
             refused.clear();
         }
-        if refused.insert(ask.project) {
-            tracing::warn!(pool = %ask.pool, project = ask.project, error = %e, "the look-ahead cannot read this project's pipelines; its pipelines go on the learned forecast");
+        if refused.insert(project) {
+            tracing::warn!(pool, project, error = %e, "the look-ahead cannot read this project's pipelines or schedules; its pipelines go on the learned forecast");
         }
     }
 

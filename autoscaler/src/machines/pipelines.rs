@@ -75,6 +75,12 @@ impl PipelineLearning {
         self.changed = true;
     }
 
+    /// What the look-ahead read from GitLab of a project's pipeline schedules.
+    pub fn schedules_listed(&mut self, project: &str, next_runs: Vec<Millis>, at: Millis) {
+        self.tracker.schedules_listed(project, next_runs, at);
+        self.changed = true;
+    }
+
     /// Writes what was learned when it changed and the last save is `SAVE_EVERY` old (or
     /// `force`, at shutdown). A refused write is retried at the next pass that is due.
     pub fn save(&mut self, store: &dyn Store, pool: &str, now: Millis, force: bool) {
@@ -101,7 +107,8 @@ impl PipelineLearning {
 
 impl PoolController {
     /// Feeds this pass's job news to the demand forecast and the pipeline forecast: a job the
-    /// pipeline forecast foresaw is no news to the arrivals' peak (slots were held for it).
+    /// pipeline forecast foresaw, or one a scheduled run held for, is no news to the arrivals'
+    /// peak (slots were held for it).
     /// Each arrival goes to the demand of the class the job routes to, and to no other.
     pub(super) fn learn_from_jobs(&self, demand: &mut ClassDemand) {
         let mut learning = self.pipeline_learning();
@@ -111,6 +118,9 @@ impl PoolController {
             for a in lookahead.take_answers(self.pool()) {
                 learning.announce(&a.project.to_string(), a.pipeline, a.stages, now);
             }
+            for l in lookahead.take_schedules(self.pool()) {
+                learning.schedules_listed(&l.project.to_string(), l.next_runs, now);
+            }
         }
         for news in self.jobs.take_news(self.pool()) {
             match news {
@@ -119,9 +129,16 @@ impl PoolController {
                     class,
                     pipeline,
                 } => {
-                    let foreseen = pipeline
+                    let mut foreseen = pipeline
                         .as_ref()
                         .is_some_and(|p| learning.tracker.foresees(p.staged()));
+                    if let Some(p) = pipeline.as_ref().filter(|p| p.place.scheduled) {
+                        foreseen |= learning.tracker.scheduled_job_arrived(
+                            &p.project,
+                            p.place.pipeline,
+                            arrival.at,
+                        );
+                    }
                     demand.job_arrived(class.as_deref(), arrival, foreseen);
                     if let Some(p) = &pipeline {
                         learning.job_arrived(p.staged(), arrival.at);

@@ -61,6 +61,7 @@ impl PoolController {
                 in_use: views.iter().map(|v| v.running_jobs).sum::<u32>() + waiting_jobs,
                 now,
                 window: policy.idle_time,
+                target_wait: policy.target_wait,
             };
             let plan = scaler::plan(&PlanInput {
                 machines: &views,

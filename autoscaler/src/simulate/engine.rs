@@ -16,7 +16,7 @@
 //!   replayed job's labels), teach the pool's pipeline tracker (`core::pipelines`) its projects'
 //!   shapes, as the service would from the jobs' payloads; its forecast joins the demand's.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::fleet::Fleet;
 use super::pipeline::Pipeline;
@@ -119,6 +119,9 @@ pub fn run_with(
     let jobs = load.jobs;
     let mut sim = Sim::new(pool, start, seed, load.pipelines);
     sim.learn_pipelines = pipelines == Pipelines::Learned;
+    if sim.learn_pipelines {
+        sim.list_schedules(start);
+    }
     let mut releases = Releases::new(load.pipelines);
     let mut next_job = 0;
     let mut now = start;
@@ -265,7 +268,7 @@ impl<'a> Sim<'a> {
             let Some(job) = self.gitlab.pop_front() else {
                 break;
             };
-            self.record_arrival(job.label.as_ref(), now, queue_size);
+            self.record_arrival((job.label.as_ref(), job.key), now, queue_size);
             self.waiting.push_back(Waiting {
                 arrived: job.arrived,
                 taken: now,
@@ -276,12 +279,40 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// What GitLab's pipeline schedules API would list at `now`: every scheduled pipeline's
+    /// `next_run_at`, per project. (GitLab lists a schedule's next run only; the workloads'
+    /// scheduled windows stand for one run of each of as many schedules.)
+    fn list_schedules(&mut self, now: Millis) {
+        let mut runs: BTreeMap<&str, Vec<Millis>> = BTreeMap::new();
+        for p in self.drawn {
+            if let Some(at) = p.scheduled_at {
+                runs.entry(p.project.as_str()).or_default().push(at);
+            }
+        }
+        for (project, runs) in runs {
+            self.pipelines.schedules_listed(project, runs, now);
+        }
+    }
+
     /// A job taken from GitLab, for the demand tracker: one the pipeline forecast foresaw is
-    /// no news to the arrivals' peak (the forecast already held slots for it).
-    fn record_arrival(&mut self, label: Option<&Label>, now: Millis, queue_size: u32) {
-        let foreseen =
+    /// no news to the arrivals' peak (the forecast already held slots for it), nor is a
+    /// scheduled pipeline's job a scheduled run held for.
+    fn record_arrival(
+        &mut self,
+        (label, key): (Option<&Label>, Option<JobKey>),
+        now: Millis,
+        queue_size: u32,
+    ) {
+        let mut foreseen =
             self.learn_pipelines && label.is_some_and(|l| self.pipelines.foresees(staged(l)));
         if let Some(label) = label.filter(|_| self.learn_pipelines) {
+            let scheduled = key.is_some_and(|k| self.drawn[k.0].scheduled_at.is_some());
+            if scheduled {
+                let held =
+                    self.pipelines
+                        .scheduled_job_arrived(&label.project, label.pipeline, now);
+                foreseen |= held;
+            }
             self.pipelines.job_arrived(staged(label), now);
         }
         if foreseen {

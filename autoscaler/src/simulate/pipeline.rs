@@ -13,6 +13,8 @@
 //! to = "18h"
 //! pipelines_per_hour = 6             # Poisson, or
 //! # pipelines = 20                   # exactly this many, at times uniform over [from, to)
+//! # scheduled = true                 # pipeline schedules set for `from` (GitLab lists them
+//! #                                  # ahead; the worker creates each in [from, to))
 //! [[pipelines.stages]]
 //! name = "build"
 //! jobs = ["compile"]                 # job names, or a count: 8 makes "test 1/8" … "test 8/8"
@@ -52,6 +54,8 @@ pub struct Window {
     pub from: Millis,
     pub to: Millis,
     pub how_many: HowMany,
+    /// The window's pipelines are made by schedules whose `next_run_at` is `from`.
+    pub scheduled: bool,
 }
 
 /// A job of a pipeline shape, in stage order (so every job it waits for comes before it).
@@ -72,6 +76,8 @@ pub struct Pipeline {
     pub project: String,
     pub class: String,
     pub created: Millis,
+    /// For a scheduled pipeline, its schedule's `next_run_at` (GitLab lists it ahead).
+    pub scheduled_at: Option<Millis>,
     pub jobs: Vec<PipelineJob>,
 }
 
@@ -132,11 +138,13 @@ fn read_window(s: Section<'_>) -> Option<Window> {
         s.problem("to", "must be after from");
     }
     let how_many = read_how_many(&s, "pipelines", "pipelines_per_hour");
+    let scheduled = s.or("scheduled", false);
     s.finish();
     Some(Window {
         from,
         to: to?,
         how_many: how_many?,
+        scheduled,
     })
 }
 
@@ -234,6 +242,7 @@ pub fn draw(projects: &[Project], start: Millis, seed: u64) -> Vec<Pipeline> {
                     project: p.name.clone(),
                     class: p.class.clone(),
                     created: start + w.from + t as Millis,
+                    scheduled_at: w.scheduled.then_some(start + w.from),
                     jobs,
                 });
             }

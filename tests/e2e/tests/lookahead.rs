@@ -1,6 +1,7 @@
 //! The pipeline look-ahead's calls against the fake GitLab's pipelines, as GitLab answers them:
 //! the stages still to come of a pipeline (its `created` jobs), which shrink as the pipeline
-//! runs; the token's scopes; and the refusals a wrong token or project gets.
+//! runs; the token's scopes; a project's active pipeline schedules; and the refusals a wrong
+//! token or project gets.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +9,11 @@ use std::time::Duration;
 use anyhow::{Result, ensure};
 use autoscaler::clock::SystemClock;
 use autoscaler::lookahead::{
-    Announcement, ApiClient, ApiError, LookAhead, reads_the_api, stages_to_come,
+    Announcement, ApiClient, ApiError, LookAhead, ScheduleListing, reads_the_api, stages_to_come,
 };
 use autoscaler::secret::Secret;
 use e2e::stack::FakeGitLab;
-use fake_gitlab::control::{FaultAction, FaultRule, JobSpec};
+use fake_gitlab::control::{FaultAction, FaultRule, JobSpec, ScheduleSpec};
 use serde_json::json;
 
 const PROJECT: u64 = 42;
@@ -244,5 +245,103 @@ async fn the_look_ahead_answers_each_pool_off_its_path() -> Result<()> {
     let expected = vec![("test".to_string(), 4), ("deploy".to_string(), 2)];
     ensure!(answers.iter().all(|a| a.stages == expected), "{answers:?}");
     ensure!(lookahead.take_answers("other").is_empty());
+    Ok(())
+}
+
+/// A schedule of `project` whose next run is `next_run_at`.
+fn schedule(project: u64, next_run_at: &str, active: bool) -> ScheduleSpec {
+    ScheduleSpec {
+        project_id: project,
+        next_run_at: next_run_at.into(),
+        active,
+        ..ScheduleSpec::default()
+    }
+}
+
+#[tokio::test]
+async fn a_project_s_active_schedules_are_read_when_it_is_first_seen() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let runner = "glrt-lookahead-schedules";
+    gitlab.add_runner(runner).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    let (id, _) = pipeline(&gitlab, runner).await?;
+    let nightly = "2026-11-28T02:03:00.000Z";
+    gitlab
+        .control
+        .add_schedule(&schedule(PROJECT, nightly, true))
+        .await?;
+    let paused = schedule(PROJECT, "2026-11-28T05:03:00.000Z", false);
+    gitlab.control.add_schedule(&paused).await?;
+    let elsewhere = schedule(PROJECT + 1, "2026-11-28T03:03:00.000Z", true);
+    gitlab.control.add_schedule(&elsewhere).await?;
+
+    let url = gitlab.url.parse()?;
+    let lookahead = LookAhead::new(&url, Secret::new(READER), Arc::new(SystemClock))?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(lookahead.clone().run(stop.clone()));
+    lookahead.ask("linux", PROJECT, id);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut listings = Vec::new();
+    while listings.is_empty() && tokio::time::Instant::now() < deadline {
+        listings = lookahead.take_schedules("linux");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    worker.await?;
+    let nightly_ms = chrono::DateTime::parse_from_rfc3339(nightly)?.timestamp_millis();
+    let expected = ScheduleListing {
+        project: PROJECT,
+        next_runs: vec![u64::try_from(nightly_ms)?],
+    };
+    ensure!(
+        listings == vec![expected],
+        "the active schedule only, read without waiting for the round: {listings:?}"
+    );
+    ensure!(lookahead.take_schedules("other").is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn schedules_are_refused_as_gitlab_refuses_them() -> Result<()> {
+    let gitlab = FakeGitLab::start(&[]).await?;
+    gitlab.control.add_api_token(READER, &["read_api"]).await?;
+    gitlab
+        .control
+        .add_api_token("glpat-registry", &["read_registry"])
+        .await?;
+    let at = "2026-11-28T02:03:00.000Z";
+    gitlab
+        .control
+        .add_schedule(&schedule(PROJECT, at, true))
+        .await?;
+
+    let read = client(&gitlab, READER)?
+        .active_schedules(PROJECT, 0)
+        .await?;
+    ensure!(
+        read.len() == 1 && read[0].next_run_ms().is_some(),
+        "{read:?}"
+    );
+    let unknown = client(&gitlab, "glpat-unknown")?
+        .active_schedules(PROJECT, 0)
+        .await;
+    ensure!(
+        matches!(&unknown, Err(ApiError::Refused { status, .. }) if status.as_u16() == 401),
+        "{unknown:?}"
+    );
+    let narrow = client(&gitlab, "glpat-registry")?
+        .active_schedules(PROJECT, 0)
+        .await;
+    ensure!(
+        matches!(&narrow, Err(ApiError::Refused { status, .. }) if status.as_u16() == 403),
+        "{narrow:?}"
+    );
+    let elsewhere = client(&gitlab, READER)?
+        .active_schedules(PROJECT + 1, 0)
+        .await;
+    ensure!(
+        matches!(elsewhere, Err(ApiError::NotFound { .. })),
+        "{elsewhere:?}"
+    );
     Ok(())
 }

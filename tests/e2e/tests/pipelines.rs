@@ -7,7 +7,9 @@
 //!
 //! With an API token the autoscaler also asks GitLab, when it first sees a pipeline, for the
 //! jobs still `created` in it (the look-ahead): a pipeline whose test stage grew beyond what
-//! was learned finds all its test machines ready, not only the learned count.
+//! was learned finds all its test machines ready, not only the learned count. It reads the
+//! project's pipeline schedules too: a scheduled pipeline's first job, which nothing before
+//! it foretells, finds a machine made for it before GitLab's `next_run_at`.
 
 use std::path::Path;
 
@@ -17,7 +19,7 @@ use e2e::counting::WITHIN;
 use e2e::replay::{start_mark_line, started_at, wall_ms};
 use e2e::scrape::Scrape;
 use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec};
-use fake_gitlab::control::{JobSpec, JobStatus};
+use fake_gitlab::control::{JobSpec, JobStatus, ScheduleSpec};
 
 /// A machine is reported `creating` this long after its create request, as a cloud's boots.
 const BOOT_DELAY_S: f64 = 6.0;
@@ -42,6 +44,12 @@ const SCALING: &str =
 
 /// The access token the look-ahead reads GitLab's pipelines with.
 const API_TOKEN: &str = "glpat-lookahead-e2e";
+/// The project every pipeline here belongs to.
+const PROJECT: u64 = 7;
+/// How long after the start a schedule's run is set: time for a first job of the project (a
+/// boot, the injection, the job) and for its machine to go (`idle_time`), with room to spare
+/// before the scheduled run's machine is asked for, a lead time ahead.
+const SCHEDULED_IN_MS: u64 = 90_000;
 
 /// The fake GitLab and an autoscaler with one local pool whose machines boot in
 /// `BOOT_DELAY_S`; with `api_token`, the look-ahead reads GitLab with it. The autoscaler's
@@ -147,9 +155,66 @@ async fn with_an_api_token_a_grown_stage_finds_all_its_machines_ready() -> Resul
     ensure_made_for_pipelines(&stack.autoscaler).await
 }
 
+/// A schedule's run: GitLab lists its `next_run_at` long before it creates the pipeline, and
+/// the autoscaler, which read it when it first saw the project, has a machine ready then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_api_token_a_scheduled_pipeline_finds_its_machine_ready() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("autoscaler.log");
+    let stack = start(dir.path(), Some(API_TOKEN), Some(&log)).await?;
+    let run_at = wall_ms() + SCHEDULED_IN_MS;
+    let next_run_at = chrono::DateTime::from_timestamp_millis(i64::try_from(run_at)?)
+        .ok_or_else(|| anyhow::anyhow!("a time"))?
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let nightly = ScheduleSpec {
+        project_id: PROJECT,
+        next_run_at,
+        ..ScheduleSpec::default()
+    };
+    stack.gitlab.control.add_schedule(&nightly).await?;
+    // A pushed job shows the project to the autoscaler, which reads its schedules then.
+    let pushed = run_one_job(&stack.gitlab, &stack.token, "push").await?;
+    eprintln!("a pushed job, nothing foreseen, waited {pushed} s");
+    wait_for_an_empty_fleet(&stack.autoscaler).await?;
+    ensure!(
+        wall_ms() < run_at,
+        "the first job and its machine were gone before the scheduled run"
+    );
+    // GitLab's schedule worker creates the pipeline at its time, never before: the test plays
+    // that worker, so it waits for the time itself.
+    tokio::time::sleep(std::time::Duration::from_millis(run_at - wall_ms())).await;
+    let scheduled = run_one_job(&stack.gitlab, &stack.token, "schedule").await?;
+    eprintln!("the scheduled pipeline's job waited {scheduled} s");
+    let text = std::fs::read_to_string(&log)?;
+    ensure!(
+        scheduled <= READY_WAIT_S,
+        "the scheduled job found its machine ready (waited at most {READY_WAIT_S} s): \
+         {scheduled} s\nlook-ahead log lines:\n{}",
+        lines_about_the_look_ahead(&text)
+    );
+    ensure_made_for_pipelines(&stack.autoscaler).await
+}
+
+/// Creates a pipeline of one job (`CI_PIPELINE_SOURCE` is `source`) and waits for it; how long
+/// it waited from its creation (pending at once) to its start on a machine.
+async fn run_one_job(gitlab: &FakeGitLab, token: &str, source: &str) -> Result<f64> {
+    let mut spec = JobSpec::new(token, &[&start_mark_line()]);
+    spec.stage = "extract".into();
+    spec.name = "extract".into();
+    spec.project_id = PROJECT;
+    spec.pipeline_source = source.into();
+    let created_ms = wall_ms();
+    let pipeline = gitlab.control.create_pipeline(vec![vec![spec]]).await?;
+    let id = pipeline.stages[0][0].id;
+    let view = gitlab.control.wait_final(id, WITHIN).await?;
+    let trace = String::from_utf8_lossy(&gitlab.control.trace(id).await?).into_owned();
+    ensure!(view.status == JobStatus::Success, "{view:?}\n{trace}");
+    Ok(started_at(&trace)?.saturating_sub(created_ms) as f64 / 1000.0)
+}
+
 fn lines_about_the_look_ahead(log: &str) -> String {
     log.lines()
-        .filter(|l| l.contains("look-ahead") || l.contains("announced"))
+        .filter(|l| l.contains("look-ahead") || l.contains("announced") || l.contains("schedules"))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -175,7 +240,7 @@ async fn run_pipeline(gitlab: &FakeGitLab, token: &str, tests: usize) -> Result<
         let mut spec = JobSpec::new(token, script);
         spec.stage = stage.into();
         spec.name = name;
-        spec.project_id = 7;
+        spec.project_id = PROJECT;
         spec
     };
     let build = job("build", "compile".into(), &[&format!("sleep {BUILD_S}")]);

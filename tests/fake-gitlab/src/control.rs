@@ -19,9 +19,9 @@ use serde_json::json;
 
 pub use client::{Client, ClientError};
 pub use types::{
-    ArtifactSpec, ArtifactView, CancelOutcome, CreatedPipeline, EnqueuedJob, FaultAction, FaultId,
-    FaultRule, JobBatch, JobSpec, JobStatus, JobVariable, JobView, NewApiToken, NewPipeline,
-    NewRunner, RunnerView, Stats, WaitFor,
+    ArtifactSpec, ArtifactView, CancelOutcome, CreatedPipeline, CreatedSchedule, EnqueuedJob,
+    FaultAction, FaultId, FaultRule, JobBatch, JobSpec, JobStatus, JobVariable, JobView,
+    NewApiToken, NewPipeline, NewRunner, RunnerView, ScheduleSpec, Stats, WaitFor,
 };
 
 use crate::api::file_response;
@@ -40,6 +40,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/control/jobs", post(enqueue).get(list_jobs))
         .route("/control/jobs/batch", post(enqueue_batch))
         .route("/control/pipelines", post(create_pipeline))
+        .route("/control/pipeline_schedules", post(add_schedule))
         .route("/control/jobs/{id}", get(job))
         .route("/control/jobs/{id}/trace", get(trace))
         .route(
@@ -214,6 +215,23 @@ async fn create_pipeline(State(shared): State<Arc<Shared>>, body: Bytes) -> Resp
         }
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
+}
+
+/// `POST /control/pipeline_schedules` (a [`ScheduleSpec`]): a schedule that
+/// `GET /api/v4/projects/:id/pipeline_schedules` lists. `next_run_at` must be an RFC 3339 time.
+async fn add_schedule(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let spec: ScheduleSpec = match parse(&body) {
+        Ok(spec) => spec,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if chrono::DateTime::parse_from_rfc3339(&spec.next_run_at).is_err() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "next_run_at is not an RFC 3339 time",
+        );
+    }
+    let id = shared.mutate(|s| s.add_schedule(spec, std::time::SystemTime::now()));
+    (StatusCode::CREATED, Json(CreatedSchedule { id })).into_response()
 }
 
 /// `POST /control/jobs/batch` `{"spec": JobSpec, "count": N}`: N copies in one call, for load

@@ -32,6 +32,8 @@ pub struct ClassPass<'a> {
     pub now: Millis,
     /// The pool's `idle_time`: the window the forecast looks back over.
     pub window: Millis,
+    /// The pool's `target_wait`.
+    pub target_wait: Millis,
 }
 
 impl ClassDemand {
@@ -52,7 +54,7 @@ impl ClassDemand {
         tracker.observe_machines(pass.machines.iter().copied(), pass.now);
         tracker.observe_starts(pass.starts.iter().copied(), pass.now);
         tracker.observe_in_use(pass.in_use);
-        tracker.forecast(pass.now, pass.window)
+        tracker.forecast(pass.now, pass.window, pass.target_wait)
     }
 
     fn tracker(&mut self, class: Option<&str>) -> &mut DemandTracker {
@@ -91,6 +93,7 @@ mod tests {
                 in_use,
                 now,
                 window: 600_000,
+                target_wait: TARGET_WAIT,
             };
             d.forecast(Some(name), &pass);
         }
@@ -115,6 +118,7 @@ mod tests {
             in_use: 0,
             now: 30_000,
             window: 600_000,
+            target_wait: TARGET_WAIT,
         };
         let mut buffer = |class: &str| d.forecast(Some(class), &pass).buffer(TARGET_WAIT);
         (buffer(&c.default), buffer("large"))
@@ -144,6 +148,7 @@ mod tests {
             in_use: 0,
             now,
             window: 600_000,
+            target_wait: TARGET_WAIT,
         };
         d.forecast(Some("large"), &at(&[("l1", 0, false)], 0));
         let large = d.forecast(Some("large"), &at(&[("l1", 0, true)], 300_000));

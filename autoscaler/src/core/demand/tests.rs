@@ -8,7 +8,7 @@ fn pass(t: &mut DemandTracker, at: Millis, arrivals: u32, in_use: u32) -> Foreca
         t.job_arrived(at, None);
     }
     t.observe_in_use(in_use);
-    t.forecast(at, 600_000)
+    t.forecast(at, 600_000, 0)
 }
 
 #[test]
@@ -33,9 +33,9 @@ fn the_buffer_covers_the_rises_recent_jobs_met() {
         pass(&mut steady, i * 60_000, 1, 1);
     }
     // Each needs its own slot (a rise of 0: one free slot serves it).
-    assert_eq!(steady.forecast(15 * 60_000, 600_000).buffer(0), 1);
+    assert_eq!(steady.forecast(15 * 60_000, 600_000, 0).buffer(0), 1);
     // With no job for a window, nothing.
-    assert_eq!(steady.forecast(40 * 60_000, 600_000).buffer(0), 0);
+    assert_eq!(steady.forecast(40 * 60_000, 600_000, 0).buffer(0), 0);
 }
 
 #[test]
@@ -58,18 +58,18 @@ fn older_jobs_weigh_less() {
 #[test]
 fn a_slow_recent_machine_sets_the_lead_time() {
     let mut t = DemandTracker::default();
-    assert_eq!(t.forecast(0, 600_000).lead_time, DEFAULT_LEAD_TIME);
+    assert_eq!(t.forecast(0, 600_000, 0).lead_time, DEFAULT_LEAD_TIME);
     t.observe_machines([("a", 1_000, false), ("b", 0, false)].into_iter(), 10_000);
     t.observe_machines([("a", 1_000, true), ("b", 0, false)].into_iter(), 31_000);
     t.observe_machines([("a", 1_000, true), ("b", 0, true)].into_iter(), 80_000);
     // Seen again, or first seen ready (adopted): not measured.
     t.observe_machines([("a", 1_000, true), ("c", 0, true)].into_iter(), 99_000);
-    assert_eq!(t.forecast(100_000, 600_000).lead_time, 80_000);
+    assert_eq!(t.forecast(100_000, 600_000, 0).lead_time, 80_000);
     for _ in 0..LEAD_SAMPLES {
         t.machine_ready(40_000);
     }
     assert_eq!(
-        t.forecast(100_000, 600_000).lead_time,
+        t.forecast(100_000, 600_000, 0).lead_time,
         40_000,
         "old samples age out"
     );
@@ -81,13 +81,13 @@ fn a_slow_recent_machine_sets_the_lead_time() {
 #[test]
 fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
     let mut t = DemandTracker::default();
-    assert_eq!(t.forecast(0, 600_000).lead_spread, 0, "nothing measured");
+    assert_eq!(t.forecast(0, 600_000, 0).lead_spread, 0, "nothing measured");
     // Twenty machines: 30..=87 s in steps of 3 s. The 90th percentile is the 18th (81 s),
     // the 95th the 19th (84 s).
     for i in 0..20 {
         t.machine_ready(30_000 + i * 3_000);
     }
-    let f = t.forecast(0, 600_000);
+    let f = t.forecast(0, 600_000, 0);
     assert_eq!((f.lead_time, f.lead_spread), (81_000, 3_000));
     assert_eq!(f.pipeline_horizon(30_000, 1_000), 81_000 - 26_000);
     let under = f.pipeline_horizon(4_000, 1_000);
@@ -99,15 +99,15 @@ fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
 fn gitlab_backlog_counts_while_fresh() {
     let mut t = DemandTracker::default();
     t.job_arrived(1_000, Some(12));
-    assert_eq!(t.forecast(1_000, 600_000).gitlab_backlog, 11);
+    assert_eq!(t.forecast(1_000, 600_000, 0).gitlab_backlog, 11);
     assert_eq!(
-        t.forecast(1_000 + QUEUE_REPORT_FRESH + 1, 600_000)
+        t.forecast(1_000 + QUEUE_REPORT_FRESH + 1, 600_000, 0)
             .gitlab_backlog,
         0
     );
     t.job_arrived(40_000, Some(1));
     assert_eq!(
-        t.forecast(40_000, 600_000).gitlab_backlog,
+        t.forecast(40_000, 600_000, 0).gitlab_backlog,
         0,
         "the queue emptied"
     );
@@ -121,15 +121,19 @@ fn the_latest_queue_report_stands() {
     t.job_arrived(5_000, Some(1));
     t.foreseen_job_arrived(5_000, Some(3));
     t.job_arrived(5_000, Some(2));
-    assert_eq!(t.forecast(5_000, 600_000).gitlab_backlog, 0);
+    assert_eq!(t.forecast(5_000, 600_000, 0).gitlab_backlog, 0);
     t.job_arrived(4_000, Some(9));
     assert_eq!(
-        t.forecast(5_000, 600_000).gitlab_backlog,
+        t.forecast(5_000, 600_000, 0).gitlab_backlog,
         0,
         "an older report"
     );
     t.job_arrived(6_000, Some(4));
-    assert_eq!(t.forecast(6_000, 600_000).gitlab_backlog, 3, "a newer one");
+    assert_eq!(
+        t.forecast(6_000, 600_000, 0).gitlab_backlog,
+        3,
+        "a newer one"
+    );
 }
 
 #[test]
@@ -138,16 +142,31 @@ fn the_peak_need_covers_the_grace() {
     t.machine_ready(30_000);
     for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (40_000, 1)] {
         t.observe_in_use(slots);
-        t.forecast(at, 600_000);
+        t.forecast(at, 600_000, 0);
     }
-    // The grace is two lead times: the peak of 7 (10 s to 20 s) is held until 80 s.
-    let f = t.forecast(40_000, 600_000);
+    // With no wait allowed the grace is two lead times: the peak of 7 (10 s to 20 s) is held
+    // until 80 s.
+    let f = t.forecast(40_000, 600_000, 0);
     assert_eq!((f.surplus_grace, f.recent_need(0)), (60_000, 7));
     // 3 were in use until 40 s: held until 100 s, then back to what is in use.
-    assert_eq!(t.forecast(95_000, 600_000).recent_need(0), 3);
-    assert_eq!(t.forecast(101_000, 600_000).recent_need(0), 1);
+    assert_eq!(t.forecast(95_000, 600_000, 0).recent_need(0), 3);
+    assert_eq!(t.forecast(101_000, 600_000, 0).recent_need(0), 1);
     // The grace never exceeds the window (idle_time).
-    assert_eq!(t.forecast(80_000, 10_000).surplus_grace, 10_000);
+    assert_eq!(t.forecast(80_000, 10_000, 0).surplus_grace, 10_000);
+}
+
+#[test]
+fn the_grace_shortens_by_the_wait_the_target_accepts() {
+    let mut t = DemandTracker::default();
+    t.machine_ready(30_000);
+    let grace = |t: &mut DemandTracker, target| t.forecast(40_000, 600_000, target).surplus_grace;
+    // A machine released too early costs a boot (30 s) and the wait beyond the target of the
+    // job that finds it missing: all of a 30 s wait with no target, 20 s of it with a 10 s one,
+    // nothing once the target is a lead time or more.
+    assert_eq!(grace(&mut t, 0), 60_000);
+    assert_eq!(grace(&mut t, 10_000), 50_000);
+    assert_eq!(grace(&mut t, 30_000), 30_000);
+    assert_eq!(grace(&mut t, 90_000), 30_000);
 }
 
 #[test]
@@ -159,13 +178,13 @@ fn a_buffer_that_falls_is_still_needed_through_the_grace() {
     pass(&mut t, 0, 0, 0);
     t.job_arrived(10_000, None);
     t.observe_in_use(0);
-    assert_eq!(t.forecast(20_000, 60_000).buffer(0), 1);
+    assert_eq!(t.forecast(20_000, 60_000, 0).buffer(0), 1);
     // Out of the window at 70 s, it asks for nothing; what it asked for is still needed for the
     // grace (two lead times, 60 s), so that a buffer that dips for a pass releases nothing.
-    t.forecast(70_000, 60_000);
-    let f = t.forecast(75_000, 60_000);
+    t.forecast(70_000, 60_000, 0);
+    let f = t.forecast(75_000, 60_000, 0);
     assert_eq!((f.buffer(0), f.recent_need(0)), (0, 1));
-    assert_eq!(t.forecast(131_000, 60_000).recent_need(0), 0);
+    assert_eq!(t.forecast(131_000, 60_000, 0).recent_need(0), 0);
 }
 
 #[test]
@@ -173,16 +192,16 @@ fn foreseen_arrivals_make_no_rise() {
     let mut t = DemandTracker::default();
     t.machine_ready(60_000);
     t.observe_in_use(0);
-    t.forecast(0, 600_000);
+    t.forecast(0, 600_000, 0);
     // Eight jobs a pipeline forecast foresaw, then one it did not: the eight are not its rise.
     for at in (1_000..=8_000).step_by(1_000) {
         t.foreseen_job_arrived(at, Some(3));
     }
     t.observe_in_use(8);
-    t.forecast(9_000, 600_000);
+    t.forecast(9_000, 600_000, 0);
     t.job_arrived(10_000, None);
     t.observe_in_use(9);
-    let f = t.forecast(10_000, 600_000);
+    let f = t.forecast(10_000, 600_000, 0);
     assert_eq!(f.buffer(0), 1);
     // Their payloads' queue sizes still count.
     assert_eq!(f.gitlab_backlog, 2);

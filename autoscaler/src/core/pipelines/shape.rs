@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::schedules::Schedules;
 use super::{ClassScope, MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
 use crate::core::Millis;
 
@@ -226,12 +227,15 @@ impl Run {
     }
 }
 
-/// A project: the shapes of its stages and its pipelines in flight.
+/// A project: the shapes of its stages, its pipelines in flight and its scheduled runs.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProjectShape {
     last_seen: Millis,
     stages: BTreeMap<String, StageShape>,
     runs: Vec<Run>,
+    /// Learned before schedules were read: none.
+    #[serde(default)]
+    pub schedules: Schedules,
 }
 
 impl ProjectShape {

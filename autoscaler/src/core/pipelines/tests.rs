@@ -372,3 +372,35 @@ fn a_pipeline_gitlab_announces_nothing_for_holds_nothing() {
     start_stage(&mut t, "app", 4, FANOUT[0], start);
     assert_eq!(t.forecast(start + 5 * MINUTE - LEAD, LEAD).jobs_due, 0);
 }
+
+#[test]
+fn a_scheduled_run_is_held_for_in_the_default_class_until_its_pipeline_comes() {
+    let mut t = PipelineTracker::default();
+    let at = 120 * MINUTE;
+    t.schedules_listed("data", vec![at, at], 0);
+    let horizon = Horizon {
+        lead_time: LEAD,
+        ahead: LEAD,
+    };
+    let held = |t: &PipelineTracker, now, scope| t.forecast_for(now, horizon, scope).jobs_due;
+    assert_eq!(held(&t, at - LEAD - 1, ClassScope::All), 0, "not yet");
+    assert_eq!(held(&t, at - LEAD, ClassScope::All), 2);
+    let default = ClassScope::Class {
+        name: "small",
+        is_default: true,
+    };
+    let large = ClassScope::Class {
+        name: "large",
+        is_default: false,
+    };
+    assert_eq!(held(&t, at, default), 2);
+    assert_eq!(held(&t, at, large), 0, "no class is known of a run to come");
+    // The first scheduled pipeline's first job was held for; its second job was not.
+    assert!(t.scheduled_job_arrived("data", 7, at + 1_000));
+    assert!(!t.scheduled_job_arrived("data", 7, at + 1_000));
+    assert_eq!(held(&t, at + 1_000, ClassScope::All), 1);
+    assert!(
+        !t.scheduled_job_arrived("web", 8, at),
+        "a project without schedules"
+    );
+}

@@ -6,7 +6,7 @@ use proptest::strategy::Strategy as _;
 
 use super::{MachineView, PlanInput, Reason, ScalePlan, ScalePolicy, Strategy, plan};
 use crate::core::Millis;
-use crate::core::demand::{DemandTracker, Forecast};
+use crate::core::demand::{DemandTracker, Forecast, surplus_grace};
 use crate::core::machine::MachineState as S;
 
 pub(super) const DEMAND: ScalePolicy = ScalePolicy {
@@ -203,7 +203,13 @@ fn with_demand_at_zero_a_multi_slot_pool_reaches_zero_and_creates_nothing() {
         .collect();
     let mut now = 120_000;
     while now <= 120_000 + p.idle_time {
-        let plan = run(&fleet, 0, &p, tracker.forecast(now, p.idle_time), now);
+        let plan = run(
+            &fleet,
+            0,
+            &p,
+            tracker.forecast(now, p.idle_time, p.target_wait),
+            now,
+        );
         assert_eq!(plan.create, 0, "created with no demand at {now}: {plan:?}");
         fleet.retain(|m| plan.destroy.iter().all(|r| r.id != m.id));
         now += 1_000;
@@ -211,7 +217,14 @@ fn with_demand_at_zero_a_multi_slot_pool_reaches_zero_and_creates_nothing() {
     assert!(fleet.is_empty(), "left: {fleet:?}");
     // And a pool that starts empty never makes a machine.
     assert_eq!(
-        run(&[], 0, &p, tracker.forecast(now, p.idle_time), now).create,
+        run(
+            &[],
+            0,
+            &p,
+            tracker.forecast(now, p.idle_time, p.target_wait),
+            now
+        )
+        .create,
         0
     );
 }
@@ -291,17 +304,19 @@ proptest! {
     /// run at any time, give or take the jobs that waited for a machine at the start): once the
     /// fleet has grown, an hour of passes creates and destroys nothing. The slots in use swing
     /// by one with a period of a job's run time; the policy holds what was needed during its
-    /// grace (two lead times), so runs up to that long settle. (Longer swings are followed a
-    /// machine at a time, where keeping the machine through the swing costs more than making
-    /// it again: written down in deploy/simulate/MODEL.md.)
+    /// grace (two lead times less the 30 s target, at least one), so runs up to that long
+    /// settle. (Longer swings are followed a machine at a time, where keeping the machine
+    /// through the swing costs more than making it again: written down in
+    /// deploy/simulate/MODEL.md.)
     #[test]
     fn steady_demand_settles_without_churn(
         gap_s in 5u64..90, jobs_at_once in 1u64..36, capacity in 1u32..4, lead_s in 20u64..90,
     ) {
-        // Runs of at most two lead times (the grace).
-        let gap_s = gap_s.min(2 * lead_s);
-        let jobs_at_once = 1 + (jobs_at_once - 1) % (2 * lead_s / gap_s).max(1);
+        // Runs of at most the grace.
         let p = ScalePolicy { max_machines: 1_000, capacity_per_machine: capacity, ..DEMAND };
+        let grace_s = surplus_grace(lead_s * 1_000, p.target_wait, p.idle_time) / 1_000;
+        let gap_s = gap_s.min(grace_s);
+        let jobs_at_once = 1 + (jobs_at_once - 1) % (grace_s / gap_s).max(1);
         let (gap, run_for, lead) = (gap_s * 1_000, jobs_at_once * gap_s * 1_000, lead_s * 1_000);
         let mut tracker = DemandTracker::default();
         let mut fleet: Vec<MachineView> = Vec::new();
@@ -327,7 +342,7 @@ proptest! {
             }
             let in_use = waiting + fleet.iter().map(|m| m.running_jobs).sum::<u32>();
             tracker.observe_in_use(in_use);
-            let plan = run(&fleet, waiting, &p, tracker.forecast(now, p.idle_time), now);
+            let plan = run(&fleet, waiting, &p, tracker.forecast(now, p.idle_time, p.target_wait), now);
             if now >= settled_at && (plan.create > 0 || !plan.destroy.is_empty()) {
                 churn.push((now, plan.create, plan.destroy.len()));
             }

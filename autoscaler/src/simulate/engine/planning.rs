@@ -49,7 +49,9 @@ impl Sim<'_> {
         self.demand.observe_starts(on_the_way(true), now);
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
-        let mut forecast = self.demand.forecast(now, policy.idle_time);
+        let mut forecast = self
+            .demand
+            .forecast(now, policy.idle_time, policy.target_wait);
         let horizon = Horizon {
             lead_time: forecast.lead_time,
             ahead: forecast.pipeline_horizon(policy.target_wait, TICK),

@@ -209,6 +209,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
                 pipeline: 5_000 + j as u64 / 8,
                 stage: "test".into(),
                 name: format!("rspec {}/8", j % 8 + 1),
+                scheduled: false,
             }),
             class: None,
             phase: JobPhase::Running {

@@ -52,6 +52,10 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
             "/api/v4/projects/{id}/pipelines/{pipeline_id}/jobs",
             get(rest::pipeline_jobs),
         )
+        .route(
+            "/api/v4/projects/{id}/pipeline_schedules",
+            get(rest::pipeline_schedules),
+        )
         .route("/api/v4/personal_access_tokens/self", get(rest::token_self))
         .route("/api/v4/jobs/request", post(jobs::request))
         .route("/api/v4/jobs/{id}", put(jobs::update))

@@ -1,12 +1,15 @@
 //! The part of GitLab's REST API an operator's tools read with an access token:
 //! `GET /api/v4/runners/:id/jobs`, `GET /api/v4/projects/:id/pipelines/:pipeline_id/jobs`
-//! (in `pipelines`) and `GET /api/v4/personal_access_tokens/self`; lists are offset-paginated
+//! (in `pipelines`), `GET /api/v4/projects/:id/pipeline_schedules` (in `schedules`) and
+//! `GET /api/v4/personal_access_tokens/self`; lists are offset-paginated
 //! as GitLab paginates them (`pagination`).
 
 mod pagination;
 mod pipelines;
+mod schedules;
 
 pub(crate) use pipelines::pipeline_jobs;
+pub(crate) use schedules::pipeline_schedules;
 
 use std::sync::Arc;
 use std::time::SystemTime;

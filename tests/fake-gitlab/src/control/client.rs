@@ -7,8 +7,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::types::{
-    CancelOutcome, CreatedPipeline, EnqueuedJob, FaultId, FaultRule, JobBatch, JobSpec, JobStatus,
-    JobView, NewApiToken, NewPipeline, NewRunner, RunnerView, Stats, WaitFor,
+    CancelOutcome, CreatedPipeline, CreatedSchedule, EnqueuedJob, FaultId, FaultRule, JobBatch,
+    JobSpec, JobStatus, JobView, NewApiToken, NewPipeline, NewRunner, RunnerView, ScheduleSpec,
+    Stats, WaitFor,
 };
 
 /// Extra time the HTTP call gets beyond the server-side wait, so the `408` arrives first.
@@ -207,6 +208,14 @@ impl Client {
     ) -> Result<CreatedPipeline, ClientError> {
         self.post_json("/pipelines", &NewPipeline { stages }, StatusCode::CREATED)
             .await
+    }
+
+    /// `POST /control/pipeline_schedules`: the schedule's id.
+    pub async fn add_schedule(&self, spec: &ScheduleSpec) -> Result<u64, ClientError> {
+        let created: CreatedSchedule = self
+            .post_json("/pipeline_schedules", spec, StatusCode::CREATED)
+            .await?;
+        Ok(created.id)
     }
 
     /// `GET /control/jobs`.

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use job_spec::{ArtifactSpec, CreatedPipeline, JobBatch, JobSpec, JobVariable, NewPipeline};
+pub use job_spec::{
+    ArtifactSpec, CreatedPipeline, CreatedSchedule, JobBatch, JobSpec, JobVariable, NewPipeline,
+    ScheduleSpec,
+};
 
 /// Answer to `POST /control/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

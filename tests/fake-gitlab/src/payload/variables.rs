@@ -87,7 +87,7 @@ pub(super) fn variables(
         secret("CI_REPOSITORY_URL", repo_url.to_owned(), false),
         public("CI_PIPELINE_ID", input.pipeline_id.to_string()),
         public("CI_PIPELINE_IID", input.pipeline_id.to_string()),
-        public("CI_PIPELINE_SOURCE", "push".into()),
+        public("CI_PIPELINE_SOURCE", spec.pipeline_source.clone()),
         public(
             "CI_PIPELINE_URL",
             format!("{project_url}/-/pipelines/{}", input.pipeline_id),

@@ -247,7 +247,7 @@ fn project_identity(job: &Job) -> Value {
 
 /// The user every job runs for (`GITLAB_USER_*` of the payload), the fields of GitLab's
 /// `UserBasic` that do not need a profile.
-fn user_json(render: &Render) -> Value {
+pub(super) fn user_json(render: &Render) -> Value {
     json!({
         "id": 1,
         "username": "root",

@@ -13,6 +13,7 @@ mod pipelines;
 mod queue;
 mod registration;
 mod runners;
+mod schedules;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -120,6 +121,8 @@ pub(crate) struct State {
     newly_pending: Vec<u64>,
     /// Pipelines whose later stages are still to run.
     pipelines: BTreeMap<u64, pipelines::Pipeline>,
+    /// Pipeline schedules a test set, oldest first.
+    schedules: Vec<schedules::Schedule>,
     /// Jobs handed to a runner and not finished, or just canceled or dropped before one took
     /// them, whose times may still change: only these are looked at on every change (a queue of
     /// thousands of pending jobs is not).
@@ -161,6 +164,7 @@ impl State {
             newly_pending: Vec::new(),
             unsettled: BTreeSet::new(),
             pipelines: BTreeMap::new(),
+            schedules: Vec::new(),
             rules,
         }
     }

@@ -61,7 +61,7 @@ impl State {
             .push(id);
     }
 
-    fn find_project(&self, project: &ProjectRef) -> Option<u64> {
+    pub(super) fn find_project(&self, project: &ProjectRef) -> Option<u64> {
         match project {
             ProjectRef::Id(id) => id.filter(|id| self.projects.contains_key(id)),
             ProjectRef::Path(path) => self

@@ -47,6 +47,8 @@ pub struct JobSpec {
     /// :pipeline_id/jobs`) so that a reader can foresee which runners a job needs. The queue
     /// ignores them: a job goes to its `runner_token`.
     pub tags: Vec<String>,
+    /// `CI_PIPELINE_SOURCE` (default `push`; `schedule` for a pipeline a schedule made).
+    pub pipeline_source: String,
 }
 
 impl JobSpec {
@@ -83,6 +85,7 @@ impl Default for JobSpec {
             image: None,
             services: Vec::new(),
             tags: Vec::new(),
+            pipeline_source: "push".to_owned(),
         }
     }
 }
@@ -172,4 +175,43 @@ pub struct NewPipeline {
 pub struct CreatedPipeline {
     pub id: u64,
     pub stages: Vec<Vec<super::EnqueuedJob>>,
+}
+
+/// What a test asks the fake to keep as a pipeline schedule (`POST /control/pipeline_schedules`),
+/// listed by `GET /api/v4/projects/:id/pipeline_schedules`. The fake never runs it: a test
+/// creates the schedule's pipeline itself (`pipeline_source: "schedule"`) when it wants it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScheduleSpec {
+    pub project_id: u64,
+    pub project_path: String,
+    pub description: String,
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    pub cron: String,
+    pub cron_timezone: String,
+    /// GitLab's `next_run_at`, ISO 8601 as GitLab writes it (`2026-11-28T02:03:00.000Z`).
+    pub next_run_at: String,
+    pub active: bool,
+}
+
+impl Default for ScheduleSpec {
+    fn default() -> Self {
+        ScheduleSpec {
+            project_id: 1,
+            project_path: "group/project".to_owned(),
+            description: "Nightly".to_owned(),
+            git_ref: "refs/heads/main".to_owned(),
+            cron: "0 2 * * *".to_owned(),
+            cron_timezone: "UTC".to_owned(),
+            next_run_at: String::new(),
+            active: true,
+        }
+    }
+}
+
+/// Answer to `POST /control/pipeline_schedules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedSchedule {
+    pub id: u64,
 }
