@@ -98,8 +98,6 @@ pub struct PipelineForecast {
     pub jobs_due: u32,
     /// Pipelines whose next stage was counted.
     pub pipelines: u32,
-    /// Of `jobs_due`, those of scheduled pipelines not created yet (`schedules`).
-    pub scheduled: u32,
     /// Jobs of next stages GitLab made pending (the stage before them ended) that have not
     /// reached the pool yet: part of GitLab's queue, not of `jobs_due`.
     pub released: u32,
@@ -222,7 +220,6 @@ impl PipelineTracker {
                     .schedules
                     .jobs_due(now, horizon.ahead, horizon.lead_time);
                 out.jobs_due = out.jobs_due.saturating_add(due);
-                out.scheduled = out.scheduled.saturating_add(due);
             }
             for due in project
                 .runs()

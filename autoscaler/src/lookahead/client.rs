@@ -1,4 +1,4 @@
-//! The two calls of GitLab's REST API the look-ahead makes, with an operator's access token:
+//! The three calls of GitLab's REST API the look-ahead makes, with an operator's access token:
 //!
 //! - `GET /api/v4/personal_access_tokens/self` (GitLab's
 //!   `lib/api/personal_access_tokens/self_information.rb`), at start: the token's scopes. It

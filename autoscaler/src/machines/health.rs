@@ -4,7 +4,8 @@
 //! its sidecar goes silent (no job request held, no call started, for longer than the pool's
 //! `silence_timeout`) and a probe over SSH then finds the machine unreachable or the sidecar
 //! process gone (for a pool that starts sidecars from user-data, the provider's `status` no
-//! longer says running). Silence alone is not enough: a runner backing off while GitLab is down is quiet
+//! longer says running); a machine so lost that the provider's `status` reports gone has
+//! vanished at the provider rather than failed. Silence alone is not enough: a runner backing off while GitLab is down is quiet
 //! but alive. The jobs a lost machine had been handed but not accepted go to another machine;
 //! the jobs it ran are failed at GitLab with `runner_system_failure`, so that CI `retry:` can
 //! rerun them.
@@ -15,6 +16,7 @@ use std::time::Duration;
 use super::controller::PoolController;
 use crate::core::SidecarId;
 use crate::core::machine::{MachineEvent, MachineState};
+use crate::core::reconcile::ProviderState;
 use crate::store::MachineRecord;
 
 /// How long a probe of a silent machine may take.
@@ -68,9 +70,9 @@ impl PoolController {
                     }
                 }
                 Err(why) => {
-                    let reason = format!("{silence}; {why}");
+                    let (event, reason) = self.lost(&m, &format!("{silence}; {why}")).await;
                     tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, %reason, "machine lost");
-                    if let Err(e) = self.machines.apply(&m.id, MachineEvent::Fail, &reason) {
+                    if let Err(e) = self.machines.apply(&m.id, event, &reason) {
                         tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot fail the machine");
                     }
                 }
@@ -83,10 +85,23 @@ impl PoolController {
         tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
+    /// How a machine the probe found lost ends: gone, when the provider's `status` says it no
+    /// longer exists (it was deleted or reclaimed behind the autoscaler's back, which the
+    /// operator should read as that, not as a failure of the machine); failed otherwise.
+    async fn lost(&self, m: &MachineRecord, why: &str) -> (MachineEvent, String) {
+        match self.machines.provider_state(m).await {
+            Ok(ProviderState::Gone) => (
+                MachineEvent::ProviderGone,
+                format!("vanished at the provider: status found it gone ({why})"),
+            ),
+            _ => (MachineEvent::Fail, why.to_string()),
+        }
+    }
+
     async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
         if !self.launcher.connects() {
             return match self.machines.provider_state(m).await? {
-                crate::core::reconcile::ProviderState::Running => Ok(()),
+                ProviderState::Running => Ok(()),
                 other => Err(format!("the provider reports it {other:?}")),
             };
         }

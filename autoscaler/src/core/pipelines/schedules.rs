@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::Millis;
 
 /// Runs remembered per project (schedules whose time has not passed, and those still awaited).
-pub const MAX_SCHEDULED: usize = 200;
+const MAX_SCHEDULED: usize = 200;
 /// Jobs a scheduled run holds for.
 const JOBS_PER_RUN: u32 = 1;
 /// How long a run whose time has passed is remembered: the forecast stops holding for it a
@@ -43,28 +43,32 @@ pub struct Schedules {
 
 impl Schedules {
     /// GitLab lists `next_runs` (each active schedule's `next_run_at`) at `now`. The list
-    /// replaces the runs still ahead; a run whose time has passed is kept for a while
-    /// ([`PASSED_KEPT`]: GitLab moves a schedule's `next_run_at` on when it creates the pipeline, whose jobs
-    /// may reach the pool a little later), and a run already matched to its pipeline keeps
-    /// that match (the pipeline's later jobs are not another run's).
+    /// replaces the runs still ahead: one listed at the same time as a run already known is
+    /// that run (so a run matched to its pipeline keeps its match), one no longer listed was
+    /// deactivated. A run whose time has passed is kept a while ([`PASSED_KEPT`]): GitLab moves
+    /// a schedule's `next_run_at` on when it creates the pipeline, whose jobs may reach the
+    /// pool a little later.
     pub fn listed(&mut self, mut next_runs: Vec<Millis>, now: Millis) {
+        next_runs.retain(|&at| at >= now);
         next_runs.sort_unstable();
-        let mut runs: Vec<ScheduledRun> = self
-            .runs
-            .iter()
-            .filter(|r| r.at < now && now <= r.at.saturating_add(PASSED_KEPT))
-            .cloned()
+        let (passed, mut ahead): (Vec<ScheduledRun>, Vec<ScheduledRun>) =
+            std::mem::take(&mut self.runs)
+                .into_iter()
+                .partition(|r| r.at < now);
+        let mut runs: Vec<ScheduledRun> = passed
+            .into_iter()
+            .filter(|r| now <= r.at.saturating_add(PASSED_KEPT))
             .collect();
-        for at in next_runs.into_iter().filter(|&at| at >= now) {
-            let kept = self
-                .runs
-                .iter()
-                .find(|r| r.at == at && r.pipeline.is_some());
-            runs.push(kept.cloned().unwrap_or(ScheduledRun {
-                at,
-                pipeline: None,
-                arrived: 0,
-            }));
+        for at in next_runs {
+            let known = ahead.iter().position(|r| r.at == at);
+            runs.push(match known {
+                Some(i) => ahead.swap_remove(i),
+                None => ScheduledRun {
+                    at,
+                    pipeline: None,
+                    arrived: 0,
+                },
+            });
         }
         runs.sort_by_key(|r| r.at);
         runs.truncate(MAX_SCHEDULED);
@@ -166,5 +170,17 @@ mod tests {
         // A run listed no more before its time (the schedule was deactivated) is dropped.
         s.listed(vec![86_500_000], 130_000);
         assert_eq!(s.jobs_due(300_000, LEAD, LEAD), 0);
+    }
+
+    #[test]
+    fn a_run_listed_again_at_its_very_time_keeps_its_match() {
+        let mut s = Schedules::default();
+        s.listed(vec![100_000, 100_000], 0);
+        assert!(s.job_arrived(8, 100_000));
+        // Listed again at that very moment: still two runs, one of them come.
+        s.listed(vec![100_000, 100_000], 100_000);
+        assert_eq!(s.jobs_due(100_000, LEAD, LEAD), 1);
+        assert!(!s.job_arrived(8, 100_000), "the come run's second job");
+        assert!(s.job_arrived(9, 100_000), "the other run's pipeline");
     }
 }
