@@ -488,9 +488,15 @@ pub async fn machines_killed(jobs: usize) -> Result<Figures> {
         ids
     };
     let killed_at = Instant::now();
-    // The first: gone at the provider.
+    // The first: gone at the provider. The provider's log of machines (the counting wrapper's,
+    // which sees only the autoscaler's calls) records this destroy too: the autoscaler, told by
+    // the provider that the machine is gone, has nothing left to destroy.
     let reclaimed = victims[0].provider_id.clone().context("no provider id")?;
     destroy_at_provider(&w.machines_root, &reclaimed)?;
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&w.count_log)?;
+    std::io::Write::write_all(&mut log, format!("destroy {reclaimed}\n").as_bytes())?;
     // The second: its sidecar dies, the machine stays up.
     let silent = victims[1].provider_id.clone().context("no provider id")?;
     kill_sidecar_of(&w.machines_root, &silent)?;
