@@ -17,6 +17,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::Millis;
+use super::pipelines::Horizon;
 pub use by_class::{ClassDemand, ClassPass};
 pub use rise::{Rises, allowed_waiting_share};
 
@@ -303,18 +304,22 @@ pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
 }
 
 impl Forecast {
-    /// How far ahead the pipelines' next-stage jobs are held under `target_wait`, with a pass
+    /// How far the pipeline forecast looks under `target_wait` (the lead time, and how far
+    /// ahead the pipelines' next-stage jobs are held), with a pass
     /// at least every `pass_interval`. A machine asked for a lead time before its job is due is
     /// ready by then 9 times in 10, and 19 times in 20 by `lead_spread` later; it is asked at a
     /// pass, up to a pass interval late. A job may wait `target_wait`, so its machine can be
     /// asked for that much later, less the spread and the pass interval: then 19 jobs in 20 so
     /// foreseen wait no longer than the target, and each machine idles that much less before
     /// its job comes. A target under those two holds them the whole lead time.
-    pub fn pipeline_horizon(&self, target_wait: Millis, pass_interval: Millis) -> Millis {
+    pub fn pipeline_horizon(&self, target_wait: Millis, pass_interval: Millis) -> Horizon {
         let late = target_wait
             .saturating_sub(self.lead_spread)
             .saturating_sub(pass_interval);
-        self.lead_time.saturating_sub(late)
+        Horizon {
+            lead_time: self.lead_time,
+            ahead: self.lead_time.saturating_sub(late),
+        }
     }
 
     /// Jobs pending in GitLab that have not reached the pool: the queue GitLab last reported,

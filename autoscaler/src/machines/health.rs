@@ -22,6 +22,14 @@ use crate::store::MachineRecord;
 /// How long a probe of a silent machine may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Why a probed machine no longer serves.
+enum Lost {
+    /// The provider's `status` reports it gone.
+    Vanished(String),
+    /// Anything else: the machine failed.
+    Failed(String),
+}
+
 impl PoolController {
     /// How long a serving machine's sidecar has been silent, if past the bound.
     pub(super) fn silent(&self, m: &MachineRecord) -> Option<String> {
@@ -69,8 +77,16 @@ impl PoolController {
                         self.sidecars.note_seen(&s);
                     }
                 }
-                Err(why) => {
-                    let (event, reason) = self.lost(&m, &format!("{silence}; {why}")).await;
+                Err(lost) => {
+                    let (event, reason) = match lost {
+                        Lost::Vanished(why) => (
+                            MachineEvent::ProviderGone,
+                            format!(
+                                "vanished at the provider: status found it gone ({silence}; {why})"
+                            ),
+                        ),
+                        Lost::Failed(why) => (MachineEvent::Fail, format!("{silence}; {why}")),
+                    };
                     tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, %reason, "machine lost");
                     if let Err(e) = self.machines.apply(&m.id, event, &reason) {
                         tracing::warn!(pool = %self.machines.pool(), machine.id = %m.id, error = %e, "cannot fail the machine");
@@ -85,31 +101,34 @@ impl PoolController {
         tokio::spawn(tracing::Instrument::instrument(task, span));
     }
 
-    /// How a machine the probe found lost ends: gone, when the provider's `status` says it no
-    /// longer exists (it was deleted or reclaimed behind the autoscaler's back, which the
-    /// operator should read as that, not as a failure of the machine); failed otherwise.
-    async fn lost(&self, m: &MachineRecord, why: &str) -> (MachineEvent, String) {
-        match self.machines.provider_state(m).await {
-            Ok(ProviderState::Gone) => (
-                MachineEvent::ProviderGone,
-                format!("vanished at the provider: status found it gone ({why})"),
-            ),
-            _ => (MachineEvent::Fail, why.to_string()),
-        }
-    }
-
-    async fn probe(&self, m: &MachineRecord) -> Result<(), String> {
+    /// Whether a silent machine still serves. A machine SSH cannot reach is asked about at the
+    /// provider: one its `status` reports gone was deleted or reclaimed behind the
+    /// autoscaler's back, which the operator should read as that, not as a failure of the
+    /// machine (one SSH reached exists, so its provider is not asked).
+    async fn probe(&self, m: &MachineRecord) -> Result<(), Lost> {
         if !self.launcher.connects() {
-            return match self.machines.provider_state(m).await? {
-                ProviderState::Running => Ok(()),
-                other => Err(format!("the provider reports it {other:?}")),
+            return match self.machines.provider_state(m).await {
+                Ok(ProviderState::Running) => Ok(()),
+                Ok(ProviderState::Gone) => {
+                    Err(Lost::Vanished("the provider reports it gone".into()))
+                }
+                Ok(other) => Err(Lost::Failed(format!("the provider reports it {other:?}"))),
+                Err(e) => Err(Lost::Failed(e)),
             };
         }
-        let target = crate::launcher::LaunchTarget::of(m).ok_or("it has no address")?;
+        let Some(target) = crate::launcher::LaunchTarget::of(m) else {
+            return Err(Lost::Failed("it has no address".into()));
+        };
         match self.launcher.alive(&target, PROBE_TIMEOUT).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err("its sidecar process is gone".into()),
-            Err(e) => Err(format!("cannot reach it or check its sidecar: {e}")),
+            Ok(false) => Err(Lost::Failed("its sidecar process is gone".into())),
+            Err(e) => {
+                let why = format!("cannot reach it or check its sidecar: {e}");
+                match self.machines.provider_state(m).await {
+                    Ok(ProviderState::Gone) => Err(Lost::Vanished(why)),
+                    _ => Err(Lost::Failed(why)),
+                }
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
 use crate::core::demand::{ClassDemand, ClassPass, Forecast, Rises};
 use crate::core::machine::MachineEvent;
-use crate::core::pipelines::{ClassScope, Horizon};
+use crate::core::pipelines::ClassScope;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
 
@@ -68,7 +68,7 @@ impl PoolController {
                 waiting_jobs,
                 policy: &self.class_policy(policy, class, others.len()),
                 provisioner_paused: paused,
-                forecast: self.class_forecast(&mut demand, class, &pass, policy.target_wait),
+                forecast: self.class_forecast(&mut demand, class, &pass),
                 now,
             });
             plans.push((class, plan));
@@ -89,13 +89,9 @@ impl PoolController {
         demand: &mut ClassDemand,
         class: Option<&MachineClass>,
         pass: &ClassPass<'_>,
-        target_wait: Millis,
     ) -> Forecast {
         let forecast = demand.forecast(class.map(|c| c.name.as_str()), pass);
-        let horizon = Horizon {
-            lead_time: forecast.lead_time,
-            ahead: forecast.pipeline_horizon(target_wait, super::controller::PASS_INTERVAL),
-        };
+        let horizon = forecast.pipeline_horizon(pass.target_wait, super::controller::PASS_INTERVAL);
         let is_default = self.is_default(class);
         let scope = class.map_or(ClassScope::All, |c| ClassScope::Class {
             name: &c.name,

@@ -3,7 +3,7 @@
 
 use super::{Sim, TICK};
 use crate::core::Millis;
-use crate::core::pipelines::{ClassScope, Horizon};
+use crate::core::pipelines::ClassScope;
 use crate::core::scaler::{self, PlanInput};
 use crate::core::schedule;
 
@@ -52,10 +52,7 @@ impl Sim<'_> {
         let mut forecast = self
             .demand
             .forecast(now, policy.idle_time, policy.target_wait);
-        let horizon = Horizon {
-            lead_time: forecast.lead_time,
-            ahead: forecast.pipeline_horizon(policy.target_wait, TICK),
-        };
+        let horizon = forecast.pipeline_horizon(policy.target_wait, TICK);
         let pipelines = self.pipelines.forecast_for(now, horizon, ClassScope::All);
         forecast.pipeline_jobs = pipelines.jobs_due;
         forecast.pipeline_released = pipelines.released;
