@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::reader::Section;
 use super::values;
 use super::values::duration_or;
-use crate::core::scaler::{ScalePolicy, Strategy};
+use crate::core::scaler::{ScaleFactorCounts, ScalePolicy, Strategy};
 use crate::core::schedule::PolicyEntry;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
@@ -40,6 +40,8 @@ pub struct ScalingConfig {
     pub scale_factor: f64,
     /// Most idle slots `scale_factor` may ask for; 0 is no limit.
     pub scale_factor_limit: u32,
+    /// Which jobs `scale_factor` multiplies (here and in every `[[pools.policy]]` entry).
+    pub scale_factor_counts: ScaleFactorCounts,
     pub intake: Intake,
     /// `hybrid` intake: most jobs held waiting for a machine at once.
     pub hybrid_ahead: u32,
@@ -103,6 +105,7 @@ impl ScalingConfig {
             max_age: self.max_age.map_or(0, ms),
             scale_factor: self.scale_factor,
             scale_factor_limit: self.scale_factor_limit,
+            scale_factor_counts: self.scale_factor_counts,
             strategy: self.strategy,
             billing_period: self.billing_period.map_or(0, ms),
             target_wait: ms(self.target_wait),
@@ -123,6 +126,7 @@ impl Default for ScalingConfig {
             max_age: None,
             scale_factor: 0.0,
             scale_factor_limit: 0,
+            scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
             intake: Intake::OnDemand,
             hybrid_ahead: 4,
             strategy: Strategy::Demand,
@@ -209,6 +213,7 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         max_age: s.parsed("max_age", values::duration),
         scale_factor,
         scale_factor_limit,
+        scale_factor_counts: s.or("scale_factor_counts", d.scale_factor_counts),
         intake,
         hybrid_ahead: read_hybrid_ahead(&s, intake, d.hybrid_ahead),
         strategy,

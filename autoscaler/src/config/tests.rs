@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::core::scaler::ScaleFactorCounts;
 
 fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
     let path = dir.path().join("autoscaler.toml");
@@ -255,6 +256,7 @@ fn policies_load_with_periods_in_their_time_zone() {
 [pools.scaling]
 idle_count = 1
 max_age = "12h"
+scale_factor_counts = "running"
 [[pools.policy]]
 periods = ["* 7-19 * * mon-fri"]
 timezone = "Europe/Berlin"
@@ -272,6 +274,26 @@ scale_factor_limit = 10
     assert_eq!(entry.timezone.name(), "Europe/Berlin");
     assert_eq!((entry.idle_count, entry.idle_time), (6, 1_200_000));
     assert_eq!(entry.scale_factor_limit, 10);
+    let policy = pool.scaling.scale_policy();
+    assert_eq!(policy.scale_factor_counts, ScaleFactorCounts::Running);
+}
+
+#[test]
+fn scale_factor_counts_names_its_readings() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = pool_with_policies("[pools.scaling]\nscale_factor_counts = \"queued\"\n");
+    let err = Config::load(&write(&dir, &text), no_env()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("pools[0].scaling.scale_factor_counts")
+            && text.contains("running_and_waiting"),
+        "{text}"
+    );
+    let default = Config::load(&write(&dir, &pool_with_policies("")), no_env()).unwrap();
+    assert_eq!(
+        default.pools[0].scaling.scale_factor_counts,
+        ScaleFactorCounts::RunningAndWaiting
+    );
 }
 
 /// A `[[pools.policy]]` entry on a pool that named no strategy keeps the default demand-aware

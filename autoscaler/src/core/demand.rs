@@ -64,6 +64,13 @@ pub struct Forecast {
     pub lead_spread: Millis,
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
+    /// Warm pool: how long such a machine is kept idle before it is stopped, once a start was
+    /// measured: [`surplus_grace`] priced with the start time in place of the lead time, since a
+    /// stopped machine comes back in a start time (`None` until one was measured; stopping
+    /// then waits `surplus_grace` too).
+    pub stop_grace: Option<Millis>,
+    /// As `need_peak`, over the last `stop_grace`: what a machine stopped at its grace keeps.
+    pub stop_need_peak: Rises,
     /// The most job slots needed (in use, running or waiting, plus the buffer) during the last
     /// `surplus_grace`, at each share of the grid ([`Forecast::recent_need`]): capacity goes
     /// only once it has not been needed for that long, so that demand that rises and falls
@@ -256,6 +263,10 @@ impl DemandTracker {
             .collect();
         let rises = Rises::from_samples(&weighed, window);
         let surplus_grace = surplus_grace(lead_time, target_wait, window);
+        let start_time = slow_end(&self.start_times);
+        let stop_grace = start_time
+            .filter(|&start| start < lead_time)
+            .map(|start| self::surplus_grace(start, target_wait, window));
         self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
@@ -270,9 +281,13 @@ impl DemandTracker {
             lead_time,
             lead_spread,
             surplus_grace,
+            stop_grace,
+            stop_need_peak: self
+                .needed
+                .peak_since(now.saturating_sub(stop_grace.unwrap_or(surplus_grace))),
             need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
             window_peak: self.need_peak(now.saturating_sub(window)),
-            start_time: slow_end(&self.start_times),
+            start_time,
             stopped_slots: 0,
         }
     }

@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use self::release::{reclaim_idle, retirements};
+use self::release::{Grace, reclaim_idle, retirements};
 use self::wanted::Wanted;
 use super::Millis;
 use super::demand::{self, Forecast};
@@ -55,6 +55,8 @@ pub struct ScalePolicy {
     pub scale_factor: f64,
     /// 0 is no limit.
     pub scale_factor_limit: u32,
+    /// Which jobs `scale_factor` multiplies.
+    pub scale_factor_counts: ScaleFactorCounts,
     pub strategy: Strategy,
     /// Machines are paid for by this period from their creation (0: by the second).
     pub billing_period: Millis,
@@ -77,6 +79,29 @@ pub enum Strategy {
     Idle,
     /// Ahead of demand, from recent arrivals, GitLab's queue and the measured lead time.
     Demand,
+}
+
+/// Which jobs `scale_factor` multiplies. Taskscaler's documentation says "in-use capacity"
+/// and leaves open whether a job still waiting for a machine is in use; both readings are
+/// offered, so that a migrated pool (and the simulator's taskscaler baseline) can take either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleFactorCounts {
+    /// Jobs running and jobs the pool holds waiting for a machine (every slot in use).
+    #[default]
+    RunningAndWaiting,
+    /// Jobs running on machines only.
+    Running,
+}
+
+impl ScaleFactorCounts {
+    /// The slots `scale_factor` multiplies, of `in_use` slots of which `waiting` wait.
+    pub fn slots(self, in_use: u32, waiting: u32) -> u32 {
+        match self {
+            ScaleFactorCounts::RunningAndWaiting => in_use,
+            ScaleFactorCounts::Running => in_use.saturating_sub(waiting),
+        }
+    }
 }
 
 /// Why a machine is made or retired. Shown in logs and the admin view.
@@ -321,18 +346,39 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         ));
         return plan;
     }
-    // Demand-aware: slots needed (in use plus the buffer) at any time during the grace are kept,
-    // so that demand or a buffer that rises and falls within it releases no machine to remake.
-    // (Demand that swings by a slot more slowly than that is followed: a machine per swing.)
-    let recently_needed = match p.strategy {
-        Strategy::Idle => 0,
-        Strategy::Demand => forecast.recent_need(p.target_wait).saturating_sub(
-            in_use.saturating_add(demand::wanted_free_slots(&forecast, p.target_wait)),
-        ),
+    // The free slots to keep once `stopped` more slots are stopped this pass (a stopped
+    // machine stands in for part of the buffer, `Forecast::buffer`). Demand-aware: slots needed
+    // (in use plus the buffer) at any time during the grace are kept too, so that demand or a
+    // buffer that rises and falls within it releases no machine to remake. (Demand that swings
+    // by a slot more slowly than that is followed: a machine per swing.) The grace is the
+    // surplus one, or the shorter one of a machine stopped rather than destroyed.
+    let keeps = |stopped: u32, grace: Grace| -> u32 {
+        let f = Forecast {
+            stopped_slots: forecast.stopped_slots.saturating_add(stopped),
+            need_peak: match grace {
+                Grace::Surplus => forecast.need_peak,
+                Grace::Stop => forecast.stop_need_peak,
+            },
+            ..forecast
+        };
+        let wanted = Wanted::new(p, &f, waiting_jobs, in_use).total();
+        let recently_needed = match p.strategy {
+            Strategy::Idle => 0,
+            Strategy::Demand => f.recent_need(p.target_wait).saturating_sub(
+                in_use.saturating_add(demand::wanted_free_slots(&f, p.target_wait)),
+            ),
+        };
+        wanted.saturating_add(recently_needed)
     };
-    let spare = (free - wanted_free).saturating_sub(recently_needed);
     let mut room = warm::StopRoom::new(input, &serving, &plan);
-    reclaim_idle(&mut plan, &serving, p, &forecast, now, (spare, &mut room));
+    reclaim_idle(
+        &mut plan,
+        &serving,
+        p,
+        &forecast,
+        now,
+        (free, &keeps, &mut room),
+    );
     let released = |id: &str| plan.stop.iter().chain(&plan.destroy).any(|r| r.id == id);
     let running_slots: u32 = serving
         .iter()

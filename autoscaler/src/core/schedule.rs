@@ -154,7 +154,7 @@ mod tests {
     fn a_period_change_keeps_busy_machines_and_intake() {
         use crate::core::demand::Forecast;
         use crate::core::machine::MachineState;
-        use crate::core::scaler::{MachineView, PlanInput, Strategy, plan};
+        use crate::core::scaler::{MachineView, PlanInput, ScaleFactorCounts, Strategy, plan};
         let base = ScalePolicy {
             max_machines: 10,
             capacity_per_machine: 1,
@@ -164,6 +164,7 @@ mod tests {
             max_age: 0,
             scale_factor: 0.0,
             scale_factor_limit: 0,
+            scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
             strategy: Strategy::Idle,
             billing_period: 0,
             target_wait: 30_000,

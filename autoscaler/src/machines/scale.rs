@@ -109,6 +109,7 @@ impl PoolController {
                 pipeline_released,
                 gitlab_backlog: 0,
                 need_peak: Rises::default(),
+                stop_need_peak: Rises::default(),
                 ..forecast
             };
         }

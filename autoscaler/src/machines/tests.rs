@@ -7,7 +7,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::core::demand::Forecast;
 use crate::core::reconcile::ProviderState;
-use crate::core::scaler::{self, MachineView, ScalePolicy, Strategy};
+use crate::core::scaler::{self, MachineView, ScaleFactorCounts, ScalePolicy, Strategy};
 use crate::provisioner::ProvisionerError;
 use crate::provisioner::fake::FakeProvisioner;
 use crate::store::MemoryStore;
@@ -165,6 +165,7 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         max_age: 0,
         scale_factor: 0.0,
         scale_factor_limit: 0,
+        scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
         strategy: Strategy::Idle,
         billing_period: 0,
         target_wait: 30_000,

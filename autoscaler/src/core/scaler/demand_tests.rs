@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 
-use super::{MachineView, PlanInput, Reason, ScalePlan, ScalePolicy, Strategy, plan};
+use super::{
+    MachineView, PlanInput, Reason, ScaleFactorCounts, ScalePlan, ScalePolicy, Strategy, plan,
+};
 use crate::core::Millis;
 use crate::core::demand::{DemandTracker, Forecast, surplus_grace};
 use crate::core::machine::MachineState as S;
@@ -18,6 +20,7 @@ pub(super) const DEMAND: ScalePolicy = ScalePolicy {
     max_age: 0,
     scale_factor: 0.0,
     scale_factor_limit: 0,
+    scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
     strategy: Strategy::Demand,
     billing_period: 0,
     target_wait: 30_000,
@@ -35,6 +38,8 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         lead_spread: 0,
         surplus_grace: 60_000,
         need_peak: crate::core::demand::Rises::default(),
+        stop_grace: None,
+        stop_need_peak: crate::core::demand::Rises::default(),
         window_peak: 0,
         start_time: None,
         stopped_slots: 0,

@@ -20,6 +20,8 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         lead_spread: 0,
         surplus_grace: 2 * lead_time,
         need_peak: Rises::default(),
+        stop_grace: None,
+        stop_need_peak: Rises::default(),
         window_peak: 0,
         start_time: None,
         stopped_slots: 0,

@@ -14,6 +14,7 @@ const P: ScalePolicy = ScalePolicy {
     max_age: 0,
     scale_factor: 0.0,
     scale_factor_limit: 0,
+    scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
     strategy: Strategy::Idle,
     billing_period: 0,
     target_wait: 30_000,
@@ -95,6 +96,36 @@ fn scale_factor_raises_the_idle_target_within_its_limit() {
         .collect();
     let plan = run(&busy, 0, 0, &p);
     assert_eq!((plan.create, plan.reason), (2, Reason::IdleTarget));
+}
+
+/// Taskscaler's two readings of "in-use capacity": with jobs waiting for a machine, the factor
+/// over running and waiting jobs asks for more idle slots than the factor over running ones.
+#[test]
+fn scale_factor_counts_waiting_jobs_only_when_told_to() {
+    let p = ScalePolicy {
+        scale_factor: 1.0,
+        max_machines: 100,
+        capacity_per_machine: 1,
+        ..P
+    };
+    // Two machines run a job each; four jobs wait for a machine.
+    let busy = [m("a", S::Busy, 1, 1, 0), m("b", S::Busy, 1, 1, 0)];
+    let all = run(&busy, 4, 0, &p);
+    assert_eq!(
+        (all.create, all.reason),
+        (10, Reason::IdleTarget),
+        "4 waiting + 6 idle"
+    );
+    let running = ScalePolicy {
+        scale_factor_counts: ScaleFactorCounts::Running,
+        ..p
+    };
+    let plan = run(&busy, 4, 0, &running);
+    assert_eq!(
+        (plan.create, plan.reason),
+        (6, Reason::WaitingJobs),
+        "4 waiting + 2 idle"
+    );
 }
 
 #[test]
@@ -260,6 +291,7 @@ fn policy() -> impl PropStrategy<Value = ScalePolicy> {
                 max_age: aged * 150_000,
                 scale_factor: f64::from(factor) * 0.5,
                 scale_factor_limit: limit,
+                scale_factor_counts: ScaleFactorCounts::RunningAndWaiting,
                 strategy: Strategy::Idle,
                 billing_period: 0,
                 target_wait: 30_000,

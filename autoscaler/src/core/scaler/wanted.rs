@@ -17,7 +17,8 @@ impl Wanted {
         waiting_jobs: u32,
         in_use: u32,
     ) -> Self {
-        let floor = waiting_jobs.saturating_add(p.idle_target(in_use));
+        let idle_target = p.idle_target(p.scale_factor_counts.slots(in_use, waiting_jobs));
+        let floor = waiting_jobs.saturating_add(idle_target);
         let (peak, pipelines, backlog) = match p.strategy {
             Strategy::Idle => (0, 0, 0),
             Strategy::Demand => (
@@ -26,7 +27,7 @@ impl Wanted {
                 forecast.queued(),
             ),
         };
-        let forecast_total = waiting_jobs.saturating_add(p.idle_target(in_use).max(peak));
+        let forecast_total = waiting_jobs.saturating_add(idle_target.max(peak));
         // The slots held for recent rises and those for the next stages' jobs serve the same
         // bursts: the rises the buffer is sized from are the earlier stages' jobs, the very
         // bursts pipelines bring. Added, each burst would be held for twice; the larger covers

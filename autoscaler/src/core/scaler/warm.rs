@@ -14,7 +14,9 @@
 //!   (`Forecast::buffer`).
 //! - **Stop instead of destroy.** An idle machine the policy would release is stopped while the
 //!   stopped pool is below its target (one past `max_age` or `max_use_count` never reaches the
-//!   idle reclaim: it is retired).
+//!   idle reclaim: it is retired). Demand-aware, with a start time measured, it is stopped
+//!   after the stop grace (`Forecast::stop_grace`, the surplus grace's rule priced with a start
+//!   in place of a boot), long before it would be destroyed.
 //! - **Replace.** A stopped machine older than `max_age` (counted from its creation) or past
 //!   `max_use_count` is destroyed, as is the excess above the target, oldest first.
 
@@ -131,13 +133,16 @@ impl<'a> StopRoom<'a> {
         }
     }
 
+    /// Whether an idle machine with `slots`, were it released, would go to the stopped pool.
+    pub(super) fn would_stop(&self, slots: u32) -> bool {
+        let running = self.running_slots.saturating_sub(slots);
+        self.pool < self.policy.stopped_target(self.forecast, running)
+    }
+
     /// An idle machine with `slots` is released: whether it goes to the stopped pool.
     pub(super) fn stops(&mut self, slots: u32) -> bool {
+        let stops = self.would_stop(slots);
         self.running_slots = self.running_slots.saturating_sub(slots);
-        let target = self
-            .policy
-            .stopped_target(self.forecast, self.running_slots);
-        let stops = self.pool < target;
         self.pool += u32::from(stops);
         stops
     }

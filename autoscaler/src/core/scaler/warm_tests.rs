@@ -121,6 +121,36 @@ fn expired_stopped_machines_are_replaced() {
     assert_eq!(ids(&plan.start), ["fresh"]);
 }
 
+/// With a start time measured, an idle machine the forecast does not need is stopped after
+/// the stop grace, long before the surplus grace would let it go; without one, it idles on.
+#[test]
+fn an_idle_machine_is_stopped_after_the_stop_grace() {
+    let fleet = [ready("a", 0, 0), ready("b", 1, 0)];
+    let measured = Forecast {
+        start_time: Some(15_000),
+        stop_grace: Some(15_000),
+        surplus_grace: 120_000,
+        ..with_window_peak(2)
+    };
+    let plan = run(&fleet, 0, &WARM, measured, 20_000);
+    assert_eq!(ids(&plan.stop), ["a"]);
+    assert!(plan.destroy.is_empty());
+    // Before the stop grace, or with no start measured, it stays.
+    assert!(run(&fleet, 0, &WARM, measured, 10_000).stop.is_empty());
+    let unmeasured = Forecast {
+        surplus_grace: 120_000,
+        ..with_window_peak(2)
+    };
+    assert!(run(&fleet, 0, &WARM, unmeasured, 20_000).stop.is_empty());
+    // Without room in the stopped pool it is not destroyed before the surplus grace either.
+    let full = Forecast {
+        window_peak: 1,
+        ..measured
+    };
+    let plan = run(&fleet, 0, &WARM, full, 20_000);
+    assert!(plan.stop.is_empty() && plan.destroy.is_empty());
+}
+
 #[test]
 fn no_start_while_the_provisioner_is_paused() {
     let fleet = [stopped("s", 0)];

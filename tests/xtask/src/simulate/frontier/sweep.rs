@@ -73,9 +73,30 @@ fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
         ));
     }
     for (setting, text) in variants(&baseline, grid) {
+        if scales_with_load(&setting) {
+            // Taskscaler's documentation leaves open whether jobs waiting for a machine are
+            // "in use": both readings run, and its frontier takes the better point of either.
+            out.push((
+                Family::Taskscaler,
+                format!("{setting} {RUNNING_ONLY}"),
+                with_scaling(&text, &format!("{RUNNING_ONLY}\n").replace('=', " = ")),
+            ));
+        }
         out.push((Family::Taskscaler, setting, text));
     }
     Ok(out)
+}
+
+/// The other reading of `scale_factor`: it multiplies running jobs only.
+const RUNNING_ONLY: &str = "scale_factor_counts=\"running\"";
+
+/// Whether a taskscaler setting has a `scale_factor` above 0, for which the two readings differ.
+fn scales_with_load(setting: &str) -> bool {
+    setting.split_whitespace().any(|kv| {
+        kv.strip_prefix("scale_factor=")
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|f| f > 0.0)
+    })
 }
 
 /// Runs every setting of every family on `workload`, two at a time. A setting the
