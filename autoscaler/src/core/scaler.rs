@@ -2,10 +2,11 @@
 //!
 //! Keep enough free job slots for the jobs that wait plus the idle target, up to
 //! `max_machines`. The idle target is taskscaler's: `idle_count` free slots, raised to
-//! `scale_factor` times the slots in use when that is more, but never above
-//! `scale_factor_limit`. Remove machines idle past `idle_time` that the target does not need;
-//! retire machines that ran `max_use_count` jobs or are older than `max_age` (drained first when
-//! busy, so that their jobs finish; their slots no longer count, so replacements are made).
+//! `scale_factor` times the slots in use (or the running jobs only, `scale_factor_counts`) when
+//! that is more, but never above `scale_factor_limit`. Remove machines idle past `idle_time`
+//! that the target does not need; retire machines that ran `max_use_count` jobs or are older
+//! than `max_age` (drained first when busy, so that their jobs finish; their slots no longer
+//! count, so replacements are made).
 //! A machine running a job is never destroyed, and nothing is created while the pool's
 //! provisioner is paused.
 //!

@@ -78,17 +78,14 @@ fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
             // "in use": both readings run, and its frontier takes the better point of either.
             out.push((
                 Family::Taskscaler,
-                format!("{setting} {RUNNING_ONLY}"),
-                with_scaling(&text, &format!("{RUNNING_ONLY}\n").replace('=', " = ")),
+                format!("{setting} scale_factor_counts=\"running\""),
+                with_scaling(&text, "scale_factor_counts = \"running\"\n"),
             ));
         }
         out.push((Family::Taskscaler, setting, text));
     }
     Ok(out)
 }
-
-/// The other reading of `scale_factor`: it multiplies running jobs only.
-const RUNNING_ONLY: &str = "scale_factor_counts=\"running\"";
 
 /// Whether a taskscaler setting has a `scale_factor` above 0, for which the two readings differ.
 fn scales_with_load(setting: &str) -> bool {
