@@ -2,10 +2,13 @@
 //!
 //! sled 0.34 flushes with `sync_file_range`, which leaves the data in the disk's write cache,
 //! and its flush crosses two threads of its own. So every store write is also appended, in
-//! order, to a journal of ours, and `durable()` is one `pwrite` and one `fdatasync` of the
-//! journal, done by the first caller for everyone waiting (group commit). sled is flushed, and
-//! its files `fdatasync`ed, in the background at checkpoints; after that the journal's older
-//! half is no longer needed.
+//! order, to a journal of ours. The append is a `pwrite` at once, as the write is recorded: a
+//! process that dies a moment later (`kill -9`, a panic, the OOM killer) leaves the entry in the
+//! kernel's page cache, and the next start replays it. Only a power loss can take an entry
+//! between its write and the next sync. `durable()` is one `fdatasync` of the journal, done by
+//! the first caller for everyone waiting (group commit). sled is flushed, and its files
+//! `fdatasync`ed, in the background at checkpoints; after that the journal's older half is no
+//! longer needed.
 //!
 //! Two files alternate, `journal-0` and `journal-1`. Epoch `e` lives in file `e % 2`; it starts
 //! with a `begin` entry and holds every write from the moment the previous epoch ended. A
@@ -76,7 +79,9 @@ pub(super) struct Journal {
 #[derive(Debug)]
 struct State {
     epoch: u64,
-    /// Encoded entries not yet written, and where in the active file they go.
+    /// Encoded entries not yet written (a write failed, or the epoch's `begin` before the
+    /// first sync), and where in the active file they go. Entries are written in order, so a
+    /// new one waits here while any does.
     pending: Vec<u8>,
     offset: u64,
     /// How far the active file has been filled with zeros ahead of the writes.
@@ -144,17 +149,39 @@ impl Journal {
     }
 
     /// Applies a write with `apply` and journals the entry it returns, both under one lock, so
-    /// that the journal's order is the order in which sled saw the writes.
+    /// that the journal's order is the order in which sled saw the writes. The entry is written
+    /// to the active file at once (not synced): from here on only a power loss can lose it. If
+    /// that write fails, the entry waits in `pending` for the next sync, which reports the
+    /// error to whoever needs the write durable.
     pub(super) fn record<T>(
         &self,
         apply: impl FnOnce() -> Result<(T, Entry), StoreError>,
     ) -> Result<T, StoreError> {
         let mut state = self.lock();
         let (result, entry) = apply()?;
-        let epoch = state.epoch;
-        state.pending.extend_from_slice(&encode(epoch, &entry));
+        let bytes = encode(state.epoch, &entry);
         self.appended.fetch_add(1, Ordering::SeqCst);
+        if !state.pending.is_empty() || self.write_at_end(&mut state, &bytes).is_err() {
+            state.pending.extend_from_slice(&bytes);
+        }
         Ok(result)
+    }
+
+    /// Writes `bytes` at the active file's end, growing the file ahead as needed, and moves the
+    /// end past them. Called with the state locked: entries reach the file in recorded order.
+    fn write_at_end(&self, state: &mut State, bytes: &[u8]) -> Result<(), StoreError> {
+        let slot = (state.epoch % 2) as usize;
+        let file = &self.files[slot];
+        let end = state.offset + bytes.len() as u64;
+        let grown = grow(file, state.allocated[slot], end)
+            .and_then(|grown| {
+                file.write_all_at(bytes, state.offset)?;
+                Ok(grown)
+            })
+            .map_err(|e| io_at(&self.path(slot), e))?;
+        state.allocated[slot] = state.allocated[slot].max(grown);
+        state.offset = end;
+        Ok(())
     }
 
     /// Where the journal stands now: every entry recorded before this point has been applied
@@ -194,45 +221,28 @@ impl Journal {
         }
     }
 
-    /// Writes the pending entries to the active file and `fdatasync`s it. Only the leader calls
-    /// this. On failure the entries stay pending, to be written by the next sync.
+    /// Writes the entries still pending to the active file and `fdatasync`s it (outside the
+    /// lock: records go on meanwhile). Only the leader calls this, so the epoch cannot switch
+    /// under it. On failure the entries stay pending, to be written by the next sync.
     fn sync_pending(&self) -> Result<(), StoreError> {
-        let (bytes, offset, slot, covered, allocated) = {
+        let (slot, covered) = {
             let mut state = self.lock();
             let covered = self.appended.load(Ordering::SeqCst);
-            let bytes = std::mem::take(&mut state.pending);
-            let slot = (state.epoch % 2) as usize;
-            let offset = state.offset;
-            state.offset += bytes.len() as u64;
-            (bytes, offset, slot, covered, state.allocated[slot])
+            if !state.pending.is_empty() {
+                let pending = std::mem::take(&mut state.pending);
+                if let Err(e) = self.write_at_end(&mut state, &pending) {
+                    state.pending = pending;
+                    return Err(e);
+                }
+            }
+            ((state.epoch % 2) as usize, covered)
         };
-        let file = &self.files[slot];
-        let end = offset + bytes.len() as u64;
-        let written = grow(file, allocated, end)
-            .and_then(|grown| {
-                file.write_all_at(&bytes, offset)?;
-                file.sync_data()?;
-                Ok(grown)
-            })
-            .map_err(|e| io_at(&self.path(slot), e));
-        let mut state = self.lock();
-        match written {
-            Ok(grown) => {
-                state.allocated[slot] = state.allocated[slot].max(grown);
-                drop(state);
-                self.syncs.fetch_add(1, Ordering::Relaxed);
-                self.synced.send_modify(|s| *s = (*s).max(covered));
-                Ok(())
-            }
-            Err(e) => {
-                // Put the entries back in front of what was appended meanwhile.
-                let mut pending = bytes;
-                pending.extend_from_slice(&state.pending);
-                state.pending = pending;
-                state.offset = offset;
-                Err(e)
-            }
-        }
+        self.files[slot]
+            .sync_data()
+            .map_err(|e| io_at(&self.path(slot), e))?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.synced.send_modify(|s| *s = (*s).max(covered));
+        Ok(())
     }
 
     /// Writes and syncs what is pending, outside async code (start-up).
@@ -264,6 +274,13 @@ impl Journal {
     fn switch_if_long_leading(&self) -> bool {
         let mut state = self.lock();
         if state.offset + (state.pending.len() as u64) < CHECKPOINT_BYTES {
+            return false;
+        }
+        // Entries written since the last sync must reach the disk before their file is left:
+        // later syncs cover only the new one. Once per epoch, so under the lock.
+        let old = &self.files[(state.epoch % 2) as usize];
+        if let Err(e) = blocking(|| old.sync_data()) {
+            tracing::warn!(error = %e, "journal: could not sync the epoch it was about to leave; staying in it");
             return false;
         }
         let epoch = state.epoch + 1;

@@ -146,6 +146,9 @@ struct World {
 }
 
 struct Setup<'a> {
+    /// GitLab with two-phase job commit on (its feature flag); off is GitLab's default, where a
+    /// job runs from the moment it is handed out.
+    two_phase: bool,
     provisioner: &'a str,
     scaling: &'a str,
     sidecar: &'a str,
@@ -155,6 +158,7 @@ struct Setup<'a> {
 impl Default for Setup<'_> {
     fn default() -> Self {
         Self {
+            two_phase: false,
             provisioner: "tests/e2e/fixtures/counting-provisioner",
             scaling: "max_machines = 4\ncapacity_per_machine = 2\nidle_time = \"5s\"",
             sidecar: "mode = \"builtin\"\nready_timeout = \"60s\"\nsilence_timeout = \"15s\"",
@@ -168,17 +172,13 @@ async fn world(setup: Setup<'_>) -> Result<World> {
     let machines_root = dir.path().join("machines");
     let count_log = dir.path().join("machines.log");
     std::fs::write(&count_log, "")?;
-    // GitLab's two-minute acknowledgement window, shortened: a job we took but lost in a crash
-    // comes back sooner.
-    let gitlab = FakeGitLab::start(&[
-        "--trace-update-interval",
-        "1",
-        "--ack-window",
-        "20s",
-        "--long-poll",
-        "10s",
-    ])
-    .await?;
+    let mut args = vec!["--trace-update-interval", "1", "--long-poll", "10s"];
+    if setup.two_phase {
+        // GitLab's two-minute acknowledgement window, shortened: a job taken but lost in a
+        // crash is failed and retried by GitLab sooner.
+        args.extend(["--two-phase-commit", "--ack-window", "20s"]);
+    }
+    let gitlab = FakeGitLab::start(&args).await?;
     let mut pool = PoolSpec::new("chaos");
     pool.tail = format!(
         "assign_ack_timeout = \"20s\"\n\
@@ -307,6 +307,47 @@ impl World {
         }
     }
 
+    /// The final view of the job that ran in `id`'s place: `id` itself, or, where GitLab failed
+    /// it for a missed acknowledgement (two-phase commit) and retried it, the retry, followed
+    /// to its end. On timeout, the job that never ended and the wait's error.
+    async fn ran_in_place_of(
+        &self,
+        mut id: u64,
+    ) -> Result<fake_gitlab::control::JobView, (u64, fake_gitlab::control::ClientError)> {
+        loop {
+            let view = self
+                .gitlab
+                .control
+                .wait_final(id, SETTLE)
+                .await
+                .map_err(|e| (id, e))?;
+            let missed_ack = view.failure_reason.as_deref() == Some("runner_provisioning_timeout");
+            match view.retried_as {
+                Some(retry) if missed_ack => id = retry,
+                _ => return Ok(view),
+            }
+        }
+    }
+
+    /// What GitLab and the autoscaler each knew of a job that never ended: the evidence a
+    /// lost job leaves, printed with the figures so that a failed run can be diagnosed.
+    async fn lost_job_report(&self, id: u64, waited: &fake_gitlab::control::ClientError) -> String {
+        let held = match self
+            .autoscaler
+            .admin_get(&format!("/jobs/{id}"))
+            .send()
+            .await
+        {
+            Ok(response) => {
+                let status = response.status();
+                let body = response.text().await.unwrap_or_default();
+                format!("{status} {body}")
+            }
+            Err(e) => format!("admin API unreachable: {e}"),
+        };
+        format!("lost job {id}: at GitLab: {waited}; at the autoscaler: {held}")
+    }
+
     /// Waits for every job to end, then for every machine to go idle and be destroyed, and
     /// counts. `may_fail`: jobs expected to fail (their machine was killed), by id.
     async fn settle(
@@ -321,14 +362,19 @@ impl World {
             jobs_submitted: planned.len(),
             ..Figures::default()
         };
+        let mut retried = 0;
         for p in planned {
-            let view = match self.gitlab.control.wait_final(p.id, SETTLE).await {
+            let view = match self.ran_in_place_of(p.id).await {
                 Ok(v) => v,
-                Err(_) => {
+                Err((id, e)) => {
                     f.jobs_lost += 1;
+                    f.notes.push(self.lost_job_report(id, &e).await);
                     continue;
                 }
             };
+            if view.id != p.id {
+                retried += 1;
+            }
             *f.by_state
                 .entry(view.status.as_str().to_string())
                 .or_default() += 1;
@@ -344,7 +390,7 @@ impl World {
                 continue;
             }
             let trace =
-                String::from_utf8_lossy(&self.gitlab.control.trace(p.id).await?).into_owned();
+                String::from_utf8_lossy(&self.gitlab.control.trace(view.id).await?).into_owned();
             for line in &p.lines {
                 let bytes = line.len() as u64 + 1;
                 f.bytes_produced += bytes;
@@ -354,7 +400,7 @@ impl World {
             }
             if let Some(content) = &p.artifact {
                 f.artifacts_expected += 1;
-                let archive = self.gitlab.control.artifact(p.id, "archive").await?;
+                let archive = self.gitlab.control.artifact(view.id, "archive").await?;
                 let intact = archive
                     .and_then(|a| crate::unzip(&a).ok())
                     .and_then(|files| files.get("out/data.txt").cloned())
@@ -363,6 +409,11 @@ impl World {
                     f.artifacts_intact += 1;
                 }
             }
+        }
+        if retried > 0 {
+            f.notes.push(format!(
+                "retried by GitLab  {retried} (acknowledgement missed in a crash: failed as runner_provisioning_timeout, run again as a new job)"
+            ));
         }
         // Idle machines go after idle_time; then nothing may be left at the provider.
         let all_gone = |l: &[autoscaler::store::MachineRecord]| {
@@ -384,9 +435,18 @@ impl World {
 }
 
 /// Kill -9 of the autoscaler at random moments of a 100-job run, restarting it each time.
-pub async fn crash_restarts(seed: u64, jobs: usize, kills: usize) -> Result<Figures> {
+pub async fn crash_restarts(
+    seed: u64,
+    jobs: usize,
+    kills: usize,
+    two_phase: bool,
+) -> Result<Figures> {
     let started = Instant::now();
-    let mut w = world(Setup::default()).await?;
+    let mut w = world(Setup {
+        two_phase,
+        ..Setup::default()
+    })
+    .await?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut planned = Vec::new();
     for n in 0..jobs {
@@ -406,7 +466,14 @@ pub async fn crash_restarts(seed: u64, jobs: usize, kills: usize) -> Result<Figu
     }
     let mut f = w
         .settle(
-            &format!("kill -9 of the autoscaler x{kills} during {jobs} jobs (seed {seed})"),
+            &format!(
+                "kill -9 of the autoscaler x{kills} during {jobs} jobs, GitLab {} (seed {seed})",
+                if two_phase {
+                    "with two-phase commit"
+                } else {
+                    "as by default (jobs run from hand-out)"
+                }
+            ),
             started,
             &planned,
             &BTreeSet::new(),

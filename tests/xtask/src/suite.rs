@@ -53,19 +53,33 @@ pub fn jobs(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
 }
 
 /// Each chaos scenario as its own process of the debug build's `chaos` binary; the crash
-/// scenario's two rounds (two seeds, as `cargo xtask chaos` runs them) as two.
+/// scenario's two rounds (two seeds, GitLab's default then two-phase commit, as `cargo xtask
+/// chaos` runs them) as two.
 fn chaos_scenarios(root: &Path) -> Vec<Job> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_secs());
     let crash = |round: u64| {
         let seed = (seed + round).to_string();
+        let gitlab = if round % 2 == 1 {
+            "two-phase"
+        } else {
+            "legacy"
+        };
         (
             format!("chaos:crash-{round}"),
-            vec!["crash", "--crash-rounds", "1", "--seed", &seed]
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>(),
+            vec![
+                "crash",
+                "--crash-rounds",
+                "1",
+                "--seed",
+                &seed,
+                "--gitlab",
+                gitlab,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>(),
         )
     };
     let mut runs = vec![crash(0), crash(1)];

@@ -3,7 +3,9 @@
 //! Runs every scenario, prints its figures, and exits non-zero if any job, trace byte, artifact
 //! or machine was lost. `chaos [SCENARIO...] [--seed N] [--crash-rounds N]` runs a subset;
 //! scenarios: `crash` (two rounds, seeds N and N+1, unless told otherwise), `outage`,
-//! `machines`, `provisioner`.
+//! `machines`, `provisioner`. The crash rounds alternate between GitLab's default (a job runs
+//! from hand-out) and two-phase job commit, starting with the default; `--gitlab legacy` or
+//! `--gitlab two-phase` runs every round in one.
 
 #![allow(clippy::print_stdout)]
 
@@ -20,11 +22,21 @@ async fn main() -> ExitCode {
         .map(|d| d.as_secs())
         .unwrap_or(1);
     let mut crash_rounds: u64 = 2;
+    let mut gitlab: Option<bool> = None;
     let mut chosen = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--seed" {
             seed = it.next().and_then(|s| s.parse().ok()).unwrap_or(seed);
+        } else if a == "--gitlab" {
+            gitlab = match it.next().map(String::as_str) {
+                Some("legacy") => Some(false),
+                Some("two-phase") => Some(true),
+                other => {
+                    eprintln!("--gitlab takes legacy or two-phase, not {other:?}");
+                    return ExitCode::FAILURE;
+                }
+            };
         } else if a == "--crash-rounds" {
             crash_rounds = it
                 .next()
@@ -40,7 +52,11 @@ async fn main() -> ExitCode {
     if wants("crash") {
         for round in 0..crash_rounds {
             let s = seed.wrapping_add(round);
-            results.push(("crash".into(), chaos::crash_restarts(s, 100, 5).await));
+            let two_phase = gitlab.unwrap_or(round % 2 == 1);
+            results.push((
+                "crash".into(),
+                chaos::crash_restarts(s, 100, 5, two_phase).await,
+            ));
             print_last(&results);
         }
     }
