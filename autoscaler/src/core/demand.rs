@@ -65,7 +65,7 @@ pub struct Forecast {
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
     /// Warm pool: how long such a machine is kept idle before it is stopped, once a start was
-    /// measured: [`surplus_grace`] priced with the start time in place of the lead time, since a
+    /// measured: [`surplus_grace`] priced with the start times in place of the boots, since a
     /// stopped machine comes back in a start time (`None` until one was measured; stopping
     /// then waits `surplus_grace` too).
     pub stop_grace: Option<Millis>,
@@ -262,11 +262,13 @@ impl DemandTracker {
             .map(|(rise, &t)| (rise, window.saturating_sub(now.saturating_sub(t))))
             .collect();
         let rises = Rises::from_samples(&weighed, window);
-        let surplus_grace = surplus_grace(lead_time, target_wait, window);
+        let boots: Vec<Millis> = self.lead_times.iter().copied().collect();
+        let surplus_grace = surplus_grace(&boots, target_wait, window);
         let start_time = slow_end(&self.start_times);
+        let starts: Vec<Millis> = self.start_times.iter().copied().collect();
         let stop_grace = start_time
             .filter(|&start| start < lead_time)
-            .map(|start| self::surplus_grace(start, target_wait, window));
+            .map(|_| self::surplus_grace(&starts, target_wait, window));
         self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
@@ -383,19 +385,32 @@ impl Forecast {
     }
 }
 
-/// How long an idle machine the forecast does not need is kept: a lead time, and a second one
-/// less `target_wait`. Releasing it costs, if it turns out to be needed, a new machine's boot
-/// (one lead time of machine time) and the wait of the job that finds it missing: up to one
-/// lead time, of which the operator accepted `target_wait` (a job's wait beyond the target is
-/// priced as machine time, the one exchange rate the model assumes). Keeping it idle costs its
+/// How long an idle machine the forecast does not need is kept, from the measured times a
+/// replacement takes to get ready (`times`: create-to-ready, or start-to-ready for a machine
+/// stopped rather than destroyed). Releasing it costs, if it turns out to be needed, the
+/// replacement's time of machine time and the wait of the job that finds it missing beyond
+/// `target_wait` (a job's wait beyond the target is priced as machine time, the one exchange
+/// rate the model assumes; the operator accepted the rest): in expectation over the measured
+/// times, their mean plus the mean of their excess over the target. Keeping it idle costs its
 /// idle time. Not knowing when it will be needed, keeping it until the idle time equals what
-/// releasing it would cost at worst, then releasing it, never pays more than twice the cost of
-/// knowing the future (the break-even rule of renting against buying). The buffer keeps the
-/// slots the target asks for whatever their idle time; this is only for machines beyond it.
-/// At most `idle_time`.
-pub fn surplus_grace(lead_time: Millis, target_wait: Millis, idle_time: Millis) -> Millis {
-    let excess_wait = lead_time.saturating_sub(target_wait);
-    lead_time.saturating_add(excess_wait).min(idle_time)
+/// releasing it would cost, then releasing it, never pays more than twice the cost of knowing
+/// the future (the break-even rule of renting against buying). The buffer keeps the slots the
+/// target asks for whatever their idle time; this is only for machines beyond it. At most
+/// `idle_time`; with no time measured yet, [`DEFAULT_LEAD_TIME`].
+pub fn surplus_grace(times: &[Millis], target_wait: Millis, idle_time: Millis) -> Millis {
+    let times = if times.is_empty() {
+        &[DEFAULT_LEAD_TIME][..]
+    } else {
+        times
+    };
+    let n = times.len() as u64;
+    let mean = times.iter().sum::<Millis>() / n;
+    let excess = times
+        .iter()
+        .map(|t| t.saturating_sub(target_wait))
+        .sum::<Millis>()
+        / n;
+    mean.saturating_add(excess).min(idle_time)
 }
 
 /// Whether a machine created at `created_at` is in the last part of a paid period, where

@@ -170,6 +170,21 @@ fn the_grace_shortens_by_the_wait_the_target_accepts() {
     assert_eq!(grace(&mut t, 90_000), 30_000);
 }
 
+/// With boots that vary, the grace is what a release costs in expectation: the mean boot
+/// and the mean of each boot's excess over the target, not the slow end the buffer plans for.
+#[test]
+fn the_grace_prices_the_expected_boot_not_the_slow_one() {
+    let mut t = DemandTracker::default();
+    for boot in [30_000, 60_000, 90_000] {
+        t.machine_ready(boot);
+    }
+    let f = t.forecast(40_000, 600_000, 70_000);
+    assert_eq!(f.lead_time, 90_000, "the buffer plans for the slow end");
+    // Mean 60 s; only the 90 s boot exceeds the 70 s target, by 20 s: 20/3 s on average.
+    assert_eq!(f.surplus_grace, 60_000 + 20_000 / 3);
+    assert_eq!(crate::core::demand::surplus_grace(&[], 0, 600_000), 180_000);
+}
+
 #[test]
 fn a_buffer_that_falls_is_still_needed_through_the_grace() {
     let mut t = DemandTracker::default();

@@ -319,7 +319,7 @@ proptest! {
     ) {
         // Runs of at most the grace.
         let p = ScalePolicy { max_machines: 1_000, capacity_per_machine: capacity, ..DEMAND };
-        let grace_s = surplus_grace(lead_s * 1_000, p.target_wait, p.idle_time) / 1_000;
+        let grace_s = surplus_grace(&[lead_s * 1_000], p.target_wait, p.idle_time) / 1_000;
         let gap_s = gap_s.min(grace_s);
         let jobs_at_once = 1 + (jobs_at_once - 1) % (grace_s / gap_s).max(1);
         let (gap, run_for, lead) = (gap_s * 1_000, jobs_at_once * gap_s * 1_000, lead_s * 1_000);
