@@ -277,10 +277,10 @@ impl Journal {
             return false;
         }
         // Entries written since the last sync must reach the disk before their file is left:
-        // later syncs cover only the new one. Once per epoch, so under the lock.
+        // later syncs cover only the new one. Once per epoch, so under the lock. If it fails,
+        // the epoch stays, and the next `durable` syncs the same file and reports the error.
         let old = &self.files[(state.epoch % 2) as usize];
-        if let Err(e) = blocking(|| old.sync_data()) {
-            tracing::warn!(error = %e, "journal: could not sync the epoch it was about to leave; staying in it");
+        if blocking(|| old.sync_data()).is_err() {
             return false;
         }
         let epoch = state.epoch + 1;
@@ -292,8 +292,11 @@ impl Journal {
         }
         self.appended.fetch_add(1, Ordering::SeqCst);
         state.epoch = epoch;
-        state.pending = pending;
         state.offset = 0;
+        // Written at once, so that the entries recorded from now on are written at once too.
+        if self.write_at_end(&mut state, &pending).is_err() {
+            state.pending = pending;
+        }
         true
     }
 

@@ -110,6 +110,28 @@ async fn after_a_switch_both_epochs_replay_oldest_first_and_a_third_reuses_the_f
     assert_eq!(replay.collected(), vec![put(6)]);
 }
 
+/// The new epoch's first entries are written at once too, not only after its first sync.
+#[tokio::test]
+async fn after_a_switch_an_entry_recorded_but_not_synced_survives_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (journal, _) = Journal::open(dir.path(), None).unwrap();
+        journal.sync_now().unwrap();
+        let big = Entry::Put {
+            tree: 0,
+            key: vec![9],
+            value: vec![0; CHECKPOINT_BYTES as usize],
+        };
+        record(&journal, big);
+        journal.durable().await.unwrap();
+        assert!(journal.switch_if_long(), "a long epoch switches");
+        record(&journal, put(7));
+        // Dropped before any sync of the new epoch: the process died here.
+    }
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected().last(), Some(&put(7)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_share_syncs() {
     let dir = tempfile::tempdir().unwrap();
