@@ -173,6 +173,11 @@ impl Autoscaler {
         })
     }
 
+    /// Runs later restarts without the command the autoscaler was wrapped in (e.g. `strace`).
+    pub fn unwrap_command(&mut self) {
+        self.wrap.clear();
+    }
+
     /// Starts the autoscaler again on the same configuration, state and ports.
     pub async fn restart(&mut self) -> Result<()> {
         if self.proc.try_status().is_none() {
