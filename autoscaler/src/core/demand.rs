@@ -265,10 +265,10 @@ impl DemandTracker {
         let boots: Vec<Millis> = self.lead_times.iter().copied().collect();
         let surplus_grace = surplus_grace(&boots, target_wait, window);
         let start_time = slow_end(&self.start_times);
-        let starts: Vec<Millis> = self.start_times.iter().copied().collect();
-        let stop_grace = start_time
-            .filter(|&start| start < lead_time)
-            .map(|_| self::surplus_grace(&starts, target_wait, window));
+        let stop_grace = start_time.filter(|&start| start < lead_time).map(|_| {
+            let starts: Vec<Millis> = self.start_times.iter().copied().collect();
+            self::surplus_grace(&starts, target_wait, window)
+        });
         self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
