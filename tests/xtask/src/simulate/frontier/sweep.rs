@@ -31,18 +31,33 @@ impl Family {
     }
 }
 
-/// The targets swept, in seconds (issue #26's range, around the default of 30 s): every 10 s
-/// from 20 s to 90 s, where a policy's p95 moves fastest as the target nears its lead time.
-pub const TARGETS: [u64; 12] = [5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 120];
+/// The targets swept, in seconds (issue #26's range, around the default of 30 s): 5, 10 and
+/// 15 s, then every 2 s from 20 s to 90 s, as finely as taskscaler's grid samples its frontier,
+/// and 120 s.
+pub const TARGETS: [u64; 40] = {
+    let mut targets = [0; 40];
+    let (mut i, mut t) = (3, 20);
+    targets[0] = 5;
+    targets[1] = 10;
+    targets[2] = 15;
+    while t <= 90 {
+        targets[i] = t;
+        i += 1;
+        t += 2;
+    }
+    targets[i] = 120;
+    targets
+};
 /// The warm pool's cap: as many stopped machines as its demand asks for, bounded well above
 /// what the shipped workloads' windows peak at, so that the cap does not decide.
 const MAX_STOPPED: u32 = 100;
 /// Taskscaler's grid, on its baseline's `# sweep` lines: a coarser one than `--sweep`'s, so
-/// that the frontier runs in minutes, spanning the same range.
+/// that the frontier runs in minutes, spanning the same range; as fine as the demand-aware
+/// targets where the cheap points lie (a few idle slots, short idle times).
 fn grid(key: &str) -> &'static [&'static str] {
     match key {
-        "idle_count" => &["0", "2", "5", "10", "20", "40"],
-        "idle_time" => &["\"1m\"", "\"5m\"", "\"20m\""],
+        "idle_count" => &["0", "1", "2", "3", "5", "7", "10", "15", "20", "40"],
+        "idle_time" => &["\"1m\"", "\"2m\"", "\"5m\"", "\"20m\""],
         "scale_factor" => &["0.0", "0.25", "1.0"],
         _ => &[],
     }
