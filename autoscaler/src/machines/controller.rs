@@ -252,15 +252,24 @@ impl PoolController {
         self.machines.reclaimed(reclaim);
     }
 
-    /// One pass over the pool's machines.
-    async fn pass(self: Arc<Self>) {
+    /// How many jobs each machine runs, read now. Read the machines first: a job handed out
+    /// in between is then seen on a machine whose record does not count it yet, which is
+    /// harmless, never the other way round, where a machine that counts the job (busy, used
+    /// up) would look idle and be marked ready or retired under it.
+    pub(super) fn jobs_on_machines(&self) -> impl Fn(&MachineRecord) -> u32 + Sync + use<> {
         let with_sidecars = self.jobs.with_each_sidecar();
-        let running = |m: &MachineRecord| {
+        move |m: &MachineRecord| {
             m.sidecar
                 .and_then(|s| with_sidecars.get(&s).copied())
                 .unwrap_or(0)
-        };
-        for m in self.machines.snapshot() {
+        }
+    }
+
+    /// One pass over the pool's machines.
+    async fn pass(self: Arc<Self>) {
+        let machines = self.machines.snapshot();
+        let running = self.jobs_on_machines();
+        for m in machines {
             let out_of_service = matches!(
                 m.state,
                 MachineState::Failed | MachineState::Destroying | MachineState::Gone
@@ -300,7 +309,7 @@ impl PoolController {
                 tracing::warn!(pool = %self.pool(), machine.id = %m.id, error = %e, "cannot update the machine");
             }
         }
-        self.scale(&running).await;
+        self.scale().await;
     }
 
     /// Tears a machine down in the background, once.

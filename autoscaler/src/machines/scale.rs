@@ -19,10 +19,13 @@ use crate::store::MachineRecord;
 type Measured<'a> = Vec<(&'a str, Millis, bool)>;
 
 impl PoolController {
-    /// Plans and carries out the pool's scaling for this pass.
-    pub(super) async fn scale(self: &Arc<Self>, running: &(dyn Fn(&MachineRecord) -> u32 + Sync)) {
+    /// Plans and carries out the pool's scaling for this pass. The machines are read before
+    /// the jobs on them (`running`, [`jobs_on_machines`](PoolController::jobs_on_machines)).
+    pub(super) async fn scale(self: &Arc<Self>) {
         let now = self.machines.now();
         let live = self.machines.live();
+        let running = self.jobs_on_machines();
+        let running = &running;
         let policy = self.without_impossible_warm_pool(self.policy_in_force(now));
         for (class, plan) in self.plan_classes(&live, running, &policy, now) {
             self.carry_out(&plan, class, now).await;
