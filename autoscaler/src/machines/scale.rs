@@ -25,9 +25,8 @@ impl PoolController {
         let now = self.machines.now();
         let live = self.machines.live();
         let running = self.jobs_on_machines();
-        let running = &running;
         let policy = self.without_impossible_warm_pool(self.policy_in_force(now));
-        for (class, plan) in self.plan_classes(&live, running, &policy, now) {
+        for (class, plan) in self.plan_classes(&live, &running, &policy, now) {
             self.carry_out(&plan, class, now).await;
         }
     }
