@@ -28,6 +28,11 @@ use super::Millis;
 use super::demand::{self, Forecast};
 use super::machine::MachineState;
 
+/// The longest time between two planner passes, in the service's pool controller and in the
+/// simulator alike: a machine the planner would ask for now may be asked for up to this much
+/// later, and an idle machine goes up to this much after it may.
+pub const PASS_INTERVAL: Millis = 1_000;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineView {
     pub id: String,

@@ -15,18 +15,15 @@ use crate::core::SidecarId;
 use crate::core::classes::Classes;
 use crate::core::demand::ClassDemand;
 use crate::core::machine::{MachineEvent, MachineState};
+use crate::core::scaler::PASS_INTERVAL;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
 use crate::launcher::SidecarLauncher;
 use crate::sidecars::Sidecars;
 use crate::store::MachineRecord;
 
-/// How often the loop runs without being woken.
-const TICK: Duration = Duration::from_secs(1);
-/// The longest time between two passes, in the core's milliseconds: a machine the planner
-/// would ask for now may be asked for up to this much later.
-#[allow(clippy::cast_possible_truncation)] // a second
-pub(super) const PASS_INTERVAL: crate::core::Millis = TICK.as_millis() as crate::core::Millis;
+/// How often the loop runs without being woken: the planner's pass interval.
+const TICK: Duration = Duration::from_millis(PASS_INTERVAL);
 /// Shortest time between the starts of two passes over the machines.
 const PASS_GAP: Duration = Duration::from_millis(100);
 /// Stopping a sidecar before its machine is destroyed is a courtesy, bounded.

@@ -33,8 +33,10 @@ use crate::core::throttle::TokenBucket;
 
 mod planning;
 
-/// The longest time between two passes, as the service's controller ticks.
-pub const TICK: Millis = 5_000;
+/// The longest time between two passes: the service's controller's (a coarser tick let idle
+/// machines outlive their `idle_time` by up to a tick more than the service's, and jobs that
+/// came meanwhile find them).
+pub const TICK: Millis = crate::core::scaler::PASS_INTERVAL;
 
 /// A job at GitLab, not yet taken by the pool.
 #[derive(Debug)]
@@ -359,6 +361,14 @@ impl<'a> Sim<'a> {
             };
             self.fleet.start_job(index, now);
             self.tally.started(now - job.arrived);
+            tracing::trace!(
+                at_s = now as f64 / 1000.0,
+                wait_s = (now - job.arrived) as f64 / 1000.0,
+                machine.id = %self.fleet.machines[index].id,
+                pipeline = job.label.as_ref().map(|l| l.pipeline),
+                stage = job.label.as_ref().map(|l| l.stage.as_str()),
+                "job started"
+            );
             #[cfg(test)]
             self.tally.starts.push(super::report::Start {
                 key: job.key,

@@ -304,7 +304,7 @@ fn the_pipeline_forecast_has_machines_ready_for_the_second_stage() {
     // Without it, the tests of a pipeline on its own wait for boots (a minute).
     assert!(total(&without) >= 12 * 8 * MINUTE / 2, "{without:?}");
     // With it, once the first pipeline has shown the shape, machines are ready when the build
-    // ends: a pass comes at least every 5 s, so a machine is asked for at most that late.
+    // ends: a pass comes at least every tick, so a machine is asked for at most that late.
     assert!(
         with[1..].iter().flatten().all(|&w| w <= engine::TICK),
         "{with:?}"
@@ -317,7 +317,7 @@ fn the_pipeline_forecast_has_machines_ready_for_the_second_stage() {
 
 /// Under the default target (30 s) the machines for the next stage are asked for later, so
 /// that its jobs wait up to the target (boots here are all alike: no spread), not longer; a
-/// pass comes at least every 5 s, so a machine is asked for at most that late.
+/// pass comes at least every tick, so a machine is asked for at most that late.
 #[test]
 fn under_a_target_the_next_stage_waits_no_longer_than_it() {
     let with = test_stage_waits(POLICY, engine::Pipelines::Learned);

@@ -49,7 +49,7 @@ struct Run {
 }
 
 pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
-    let binary = target_dir(root).join("debug/autoscaler");
+    let binary = target_dir(root).join("release/autoscaler");
     let dir = root.join("deploy/simulate");
     let mut workloads: Vec<PathBuf> = std::fs::read_dir(dir.join("workloads"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
