@@ -261,10 +261,10 @@ impl Delivery {
     }
 
     /// Delivers everything owed for one job, in order. Used by the maintenance loop.
-    async fn settle(&self, record: &JobRecord) -> Result<(), DeliveryError> {
-        let turn = self.turn(record.id);
+    async fn settle(&self, id: JobId) -> Result<(), DeliveryError> {
+        let turn = self.turn(id);
         let _turn = turn.lock().await;
-        let Some(record) = self.jobs.get(record.id) else {
+        let Some(record) = self.jobs.get(id) else {
             return Ok(());
         };
         match record.phase {
@@ -296,39 +296,39 @@ impl Delivery {
         let owing = self.jobs.owing(ack_grace);
         // Forget what was kept for jobs no longer owed anything (every waiting job is owed
         // keep-alives, so this set can be large: one lookup per entry).
-        let owed: std::collections::HashSet<JobId> = owing.iter().map(|r| r.id).collect();
+        let owed: std::collections::HashSet<JobId> = owing.iter().copied().collect();
         forget_others(&self.retries, &owed);
         forget_others(&self.job_statuses, &owed);
         forget_others(&self.contacts, &owed);
-        for record in owing {
+        for id in owing {
             let due = self
                 .retries
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(&record.id)
+                .get(&id)
                 .is_none_or(|(_, at)| *at <= now);
             if !due {
                 continue;
             }
-            match self.settle(&record).await {
+            match self.settle(id).await {
                 Ok(()) => {
                     self.retries
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .remove(&record.id);
+                        .remove(&id);
                 }
                 Err(e) => {
                     let mut retries = self
                         .retries
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let (backoff, at) = retries.entry(record.id).or_insert((
+                    let (backoff, at) = retries.entry(id).or_insert((
                         Backoff::new(Duration::from_secs(1), Duration::from_secs(30)),
                         0,
                     ));
                     let wait = backoff.fail(None, rand::random::<f64>());
                     *at = now + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-                    tracing::debug!(job.id = %record.id, error = %e, retry_in = ?wait, "delivery to GitLab failed; will retry");
+                    tracing::debug!(job.id = %id, error = %e, retry_in = ?wait, "delivery to GitLab failed; will retry");
                 }
             }
         }

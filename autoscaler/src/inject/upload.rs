@@ -119,10 +119,14 @@ async fn read(local: &std::path::Path) -> Result<Vec<u8>, InjectError> {
         })
 }
 
+/// Kept for the service's lifetime: trimmed to its length (the encoder's buffer grew by
+/// doubling, up to twice that).
 fn gzip(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     encoder.write_all(raw)?;
-    encoder.finish()
+    let mut packed = encoder.finish()?;
+    packed.shrink_to_fit();
+    Ok(packed)
 }
 
 #[cfg(test)]

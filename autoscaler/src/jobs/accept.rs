@@ -90,12 +90,12 @@ impl Jobs {
         let kept = (!unstored).then(|| Bytes::copy_from_slice(payload));
         self.lock().insert(
             id,
-            Held {
+            Box::new(Held {
                 record,
                 trace_length: never_ran.then_some(0),
                 payload: kept,
                 unconfirmed: false,
-            },
+            }),
         );
         self.bump();
         Ok(if unstored {

@@ -71,7 +71,9 @@ struct Held {
 pub struct Jobs {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    held: Mutex<HashMap<JobId, Held>>,
+    /// Boxed: a job's entry is a few hundred bytes, and a map keeps up to half its slots empty
+    /// (12.6 MiB inline for 20,000 jobs, 8 MiB boxed).
+    held: Mutex<HashMap<JobId, Box<Held>>>,
     /// Bumped on every change of any job's phase, for whoever waits on job progress.
     changed: tokio::sync::watch::Sender<u64>,
     /// A job could not be stored; no more are taken until a write works again.
@@ -94,12 +96,12 @@ impl Jobs {
             .map(|record| {
                 (
                     record.id,
-                    Held {
+                    Box::new(Held {
                         unconfirmed: matches!(record.phase, JobPhase::Running { .. }),
                         record,
                         trace_length: None,
                         payload: None,
-                    },
+                    }),
                 )
             })
             .collect();
@@ -132,7 +134,7 @@ impl Jobs {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Held>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Box<Held>>> {
         // Every critical section below leaves the map consistent before it can panic.
         self.held
             .lock()

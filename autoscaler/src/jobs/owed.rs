@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::{Jobs, JobsError};
 use crate::core::job::{JobEvent, JobPhase};
 use crate::core::{JobId, Millis, SidecarId};
-use crate::store::{JobRecord, SpooledUpload};
+use crate::store::SpooledUpload;
 
 impl Jobs {
     /// The smallest acceptance GitLab takes for a job: its token and `state: running`.
@@ -78,8 +78,10 @@ impl Jobs {
     /// Jobs for which GitLab is owed something now: a keep-alive (jobs waiting for a machine,
     /// or handed to a sidecar longer than `ack_grace` without its acceptance: a sidecar accepts
     /// at once itself), an acknowledgement (a sidecar accepted but GitLab did not hear it),
-    /// spooled uploads, or a failure. The caller paces keep-alives.
-    pub fn owing(&self, ack_grace: Millis) -> Vec<JobRecord> {
+    /// spooled uploads, or a failure. The caller paces keep-alives. Ids, not records: after a
+    /// restart every running job is owed a keep-alive, and a copy of each record would double
+    /// the jobs' memory while the calls go out one by one.
+    pub fn owing(&self, ack_grace: Millis) -> Vec<JobId> {
         let now = self.clock.now();
         self.lock()
             .values()
@@ -96,7 +98,7 @@ impl Jobs {
                 };
                 contact_due || !r.spooled.is_empty() || matches!(r.phase, JobPhase::Failing { .. })
             })
-            .map(|j| j.record.clone())
+            .map(|j| j.record.id)
             .collect()
     }
 

@@ -33,7 +33,7 @@ mod replay;
 pub(super) use entry::Entry;
 #[cfg(test)]
 use entry::HEADER;
-use entry::{Entries, encode, read_epoch};
+use entry::{Entries, encode};
 pub(super) use replay::Replay;
 
 /// Files grow in steps of zeros written ahead, so that a sync rarely has to record a new size.
@@ -93,19 +93,18 @@ impl Journal {
                 .truncate(false)
                 .open(&path)
                 .map_err(|e| io_at(&path, e))?;
-            let bytes = std::fs::read(&path).map_err(|e| io_at(&path, e))?;
-            *size = bytes.len() as u64;
-            if let Some(epoch) = read_epoch(&bytes) {
-                found.push((epoch, bytes));
+            *size = file.metadata().map_err(|e| io_at(&path, e))?.len();
+            if let Some(epoch) = replay::read_file(&file, covered).map_err(|e| io_at(&path, e))? {
+                found.push(epoch);
             }
             files.push(file);
         }
-        found.sort_by_key(|(epoch, _)| *epoch);
+        found.sort_by_key(|e| e.epoch);
         // Past the covered epoch too: were the files lost, a new epoch numbered below it would
         // have its entries skipped at the next open.
         let epoch = found
             .last()
-            .map_or(0, |(e, _)| *e)
+            .map_or(0, |e| e.epoch)
             .max(covered.map_or(0, |c| c.epoch))
             + 1;
         let [a, b]: [File; 2] = files.try_into().expect("two journal files");

@@ -37,10 +37,12 @@ pub struct SledStore {
 }
 
 /// sled's page cache. Every record the service uses lives in its own memory too; sled is read at
-/// start-up and for a payload at handover, so its cache buys little, and sled's default (1 GiB)
-/// let resident memory grow with the store: 279 MiB with 10,000 machines and 20,000 jobs in
-/// the footprint benchmark, 236–241 MiB with this cache, with no change to the relay figures.
-const CACHE_CAPACITY: u64 = 16 * 1024 * 1024;
+/// start-up and for the payload of a job taken before a restart, so its cache buys little, and
+/// sled's default (1 GiB) let resident memory grow with the store: 279 MiB with 10,000
+/// machines and 20,000 jobs in the footprint benchmark, 236–241 MiB with 16 MiB, with no
+/// change to the relay figures; 4 MiB took 2–3 MiB more off once start-up no longer read the
+/// journal whole.
+const CACHE_CAPACITY: u64 = 4 * 1024 * 1024;
 
 impl SledStore {
     /// Opens (or creates) the store in `dir`. Refuses a store written by a newer schema, and a

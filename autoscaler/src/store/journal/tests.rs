@@ -191,3 +191,35 @@ async fn entries_before_the_covered_position_are_not_replayed() {
     assert!(replay.collected().is_empty());
     assert_eq!(journal.position().epoch, far.epoch + 1);
 }
+
+/// What a checkpoint covered is not even read: a journal whose entries are all covered is
+/// reopened holding no more than the file past the covered end (zeros written ahead), not the
+/// entries before it.
+#[tokio::test]
+async fn entries_a_checkpoint_covered_are_not_read_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let covered = {
+        let (journal, _) = Journal::open(dir.path(), None).unwrap();
+        for n in 0..200u8 {
+            record(
+                &journal,
+                Entry::Put {
+                    tree: 0,
+                    key: vec![n],
+                    value: vec![n; 4096],
+                },
+            );
+        }
+        journal.durable().await.unwrap();
+        journal.position()
+    };
+    let file = dir.path().join(format!("journal-{}", covered.epoch % 2));
+    let size = std::fs::metadata(&file).unwrap().len();
+    let (_, replay) = Journal::open(dir.path(), Some(covered)).unwrap();
+    assert!(replay.collected().is_empty());
+    assert!(covered.end > 800_000, "{covered:?}");
+    assert_eq!(replay.bytes_held() as u64, size - covered.end);
+    // Nothing covered: the whole file is read, and every entry replayed.
+    let (_, replay) = Journal::open(dir.path(), None).unwrap();
+    assert_eq!(replay.collected().len(), 200);
+}
