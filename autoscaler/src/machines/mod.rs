@@ -9,6 +9,7 @@ mod lifecycle;
 mod pipelines;
 mod policy;
 mod power;
+mod queries;
 mod reconcile;
 mod scale;
 mod sources;
@@ -150,29 +151,6 @@ impl PoolMachines {
         }))
     }
 
-    pub fn timings(&self) -> PassTimings {
-        *self
-            .timings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Records how long a reconcile (`reconcile == true`) or a machine pass took.
-    pub fn record_timing(&self, reconcile: bool, took: std::time::Duration) {
-        let mut t = self
-            .timings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ms = took.as_secs_f64() * 1000.0;
-        if reconcile {
-            t.reconcile_ms = ms;
-            t.reconciles += 1;
-        } else {
-            t.pass_ms = ms;
-            t.passes += 1;
-        }
-    }
-
     /// The store the pool's machines are kept in (the controller keeps its learning there).
     pub(super) fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -204,33 +182,6 @@ impl PoolMachines {
     /// A number that grows with every change of any machine of the pool.
     pub fn version(&self) -> u64 {
         *self.changed.borrow()
-    }
-
-    /// Every machine, gone ones included until they are collected.
-    pub fn snapshot(&self) -> Vec<MachineRecord> {
-        self.lock().values().cloned().collect()
-    }
-
-    pub fn get(&self, id: &str) -> Option<MachineRecord> {
-        self.lock().get(id).cloned()
-    }
-
-    /// The machine a sidecar was injected into.
-    pub fn by_sidecar(&self, sidecar: crate::core::SidecarId) -> Option<MachineRecord> {
-        self.lock()
-            .values()
-            .find(|m| m.sidecar == Some(sidecar))
-            .cloned()
-    }
-
-    /// The class of every machine with a sidecar, by its sidecar (`None`: no class recorded).
-    pub fn classes_by_sidecar(
-        &self,
-    ) -> std::collections::HashMap<crate::core::SidecarId, Option<String>> {
-        self.lock()
-            .values()
-            .filter_map(|m| Some((m.sidecar?, m.class.clone())))
-            .collect()
     }
 
     /// Whether the pool can have new machines: closed while any source's breaker is; else the
@@ -429,9 +380,5 @@ impl PoolMachines {
         {
             tracing::warn!(pool = %self.settings.pool, machine.id = %id, error = %e, "cannot mark the machine ready");
         }
-    }
-
-    pub fn count(&self, state: MachineState) -> usize {
-        self.lock().values().filter(|m| m.state == state).count()
     }
 }
