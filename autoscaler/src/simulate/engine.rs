@@ -362,7 +362,7 @@ impl<'a> Sim<'a> {
             self.fleet.start_job(index, now);
             self.tally.started(now - job.arrived);
             tracing::trace!(
-                at_s = now as f64 / 1000.0,
+                at_s = (now - self.start) as f64 / 1000.0,
                 wait_s = (now - job.arrived) as f64 / 1000.0,
                 machine.id = %self.fleet.machines[index].id,
                 pipeline = job.label.as_ref().map(|l| l.pipeline),
