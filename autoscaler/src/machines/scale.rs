@@ -93,8 +93,7 @@ impl PoolController {
         pass: &ClassPass<'_>,
     ) -> Forecast {
         let forecast = demand.forecast(class.map(|c| c.name.as_str()), pass);
-        let horizon =
-            forecast.pipeline_horizon(pass.target_wait, crate::core::scaler::PASS_INTERVAL);
+        let horizon = forecast.pipeline_horizon(pass.target_wait, scaler::PASS_INTERVAL);
         let is_default = self.is_default(class);
         let scope = class.map_or(ClassScope::All, |c| ClassScope::Class {
             name: &c.name,

@@ -94,7 +94,9 @@ impl Journal {
                 .open(&path)
                 .map_err(|e| io_at(&path, e))?;
             *size = file.metadata().map_err(|e| io_at(&path, e))?.len();
-            if let Some(epoch) = replay::read_file(&file, covered).map_err(|e| io_at(&path, e))? {
+            if let Some(epoch) =
+                replay::read_file(&file, *size, covered).map_err(|e| io_at(&path, e))?
+            {
                 found.push(epoch);
             }
             files.push(file);
@@ -122,7 +124,7 @@ impl Journal {
             leading: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
         };
-        Ok((journal, Replay::new(found, covered)))
+        Ok((journal, Replay::new(found)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

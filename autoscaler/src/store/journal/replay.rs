@@ -13,21 +13,23 @@ use std::os::unix::fs::FileExt;
 use super::entry::{HEADER, read_epoch};
 use super::{Entries, Entry, Position};
 
-/// One journal file as replay needs it: its epoch, and its bytes from byte `from` on.
+/// One journal file as replay needs it: its epoch, and the bytes past what the checkpoint
+/// covered (starting at an entry boundary).
 #[derive(Debug)]
 pub(super) struct EpochBytes {
     pub(super) epoch: u64,
-    from: u64,
     bytes: Vec<u8>,
 }
 
-/// Reads what replay needs of one journal file: the epoch its `begin` entry names, then
-/// nothing of an epoch the checkpoint covered whole, the part past the covered end of the
-/// covered epoch, and the whole of a later one. (Reading the files whole held a journal of the
-/// store's history, 180 MB, in memory at start-up, only to skip it.) `None` for a file that
-/// does not start with a whole `begin` entry.
+/// Reads what replay needs of one journal file of `size` bytes: the epoch its `begin` entry
+/// names, then nothing of an epoch the checkpoint covered whole, the part past the covered end
+/// of the covered epoch (an entry boundary, or past what was ever written there: zeros or an
+/// older epoch's entries follow, where decoding stops), and the whole of a later one. (Reading
+/// the files whole held a journal of the store's history, 180 MB, in memory at start-up, only
+/// to skip it.) `None` for a file that does not start with a whole `begin` entry.
 pub(super) fn read_file(
     file: &File,
+    size: u64,
     covered: Option<Position>,
 ) -> std::io::Result<Option<EpochBytes>> {
     let mut begin = [0u8; HEADER + 1];
@@ -37,7 +39,6 @@ pub(super) fn read_file(
     let Some(epoch) = read_epoch(&begin) else {
         return Ok(None);
     };
-    let size = file.metadata()?.len();
     let from = match covered {
         Some(c) if c.epoch > epoch => size,
         Some(c) if c.epoch == epoch => c.end.min(size),
@@ -45,7 +46,7 @@ pub(super) fn read_file(
     };
     let mut bytes = vec![0; usize::try_from(size - from).unwrap_or(usize::MAX)];
     file.read_exact_at(&mut bytes, from)?;
-    Ok(Some(EpochBytes { epoch, from, bytes }))
+    Ok(Some(EpochBytes { epoch, bytes }))
 }
 
 /// The epochs found at open, oldest first: entries are decoded one at a time while they are
@@ -53,33 +54,19 @@ pub(super) fn read_file(
 #[derive(Debug)]
 pub(in crate::store) struct Replay {
     epochs: Vec<EpochBytes>,
-    covered: Option<Position>,
 }
 
 impl Replay {
-    pub(super) fn new(epochs: Vec<EpochBytes>, covered: Option<Position>) -> Self {
-        Self { epochs, covered }
+    pub(super) fn new(epochs: Vec<EpochBytes>) -> Self {
+        Self { epochs }
     }
 
-    /// Every entry not yet covered, oldest first (the `begin` entries left out).
+    /// Every entry not yet covered, oldest first (the `begin` entries left out): what
+    /// [`read_file`] kept of each epoch.
     pub(in crate::store) fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
-        let covered = self.covered;
         self.epochs
             .iter()
-            .filter(move |e| covered.is_none_or(|c| e.epoch >= c.epoch))
-            .flat_map(move |e| {
-                // Within the covered epoch, start at the covered end: an entry boundary, or
-                // past what was ever written there (zeros or an older epoch's entries follow,
-                // where reading stops). The bytes were read from `from` on.
-                let start = match covered {
-                    Some(c) if c.epoch == e.epoch => c.end.max(e.from) - e.from,
-                    _ => 0,
-                };
-                let start = usize::try_from(start)
-                    .unwrap_or(usize::MAX)
-                    .min(e.bytes.len());
-                Entries::new(&e.bytes[start..], e.epoch).filter(|x| *x != Entry::Begin)
-            })
+            .flat_map(|e| Entries::new(&e.bytes, e.epoch).filter(|x| *x != Entry::Begin))
     }
 
     #[cfg(test)]
