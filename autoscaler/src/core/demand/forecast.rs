@@ -101,15 +101,25 @@ impl Forecast {
         self.gitlab_backlog.max(self.pipeline_released)
     }
 
-    /// The pipelines' next-stage jobs held for under `target_wait`: all of them, unless the
-    /// target lets every job wait (it is a lead time or more: a job that finds no slot waits
-    /// no longer than that), in which case none, as no buffer is held then either.
+    /// The pipelines' next-stage jobs held for as free slots under `target_wait`: all of them,
+    /// unless the target lets every job wait (it is a lead time or more: a job that finds no
+    /// slot waits no longer than that), in which case none, as no buffer is held then either.
+    /// Warm pool: a foreseen job that a stopped machine serves needs no machine ready ahead
+    /// of it: the machine is started when the job is pending, and the job waits a start. The
+    /// target lets a share of the foreseen jobs wait a start (the share the buffer's rule
+    /// allows for a wait of a start time, all of them when the start fits in the target), so
+    /// that share, up to the stopped machines' slots, is left to them and the rest is held.
     pub fn foreseen_jobs(&self, target_wait: Millis) -> u32 {
         if allowed_waiting_share(target_wait, self.lead_time) >= 1.0 {
-            0
-        } else {
-            self.pipeline_jobs
+            return 0;
         }
+        let Some(start) = self.start_time.filter(|&start| start < self.lead_time) else {
+            return self.pipeline_jobs;
+        };
+        let may_wait = allowed_waiting_share(target_wait, start) * f64::from(self.pipeline_jobs);
+        // Rounded down: never more left to a start than the share allows.
+        let left_to_starts = (may_wait.floor() as u32).min(self.stopped_slots);
+        self.pipeline_jobs - left_to_starts
     }
 
     /// The free slots that keep the p95 wait within `target_wait` (`demand::rise`), counting the

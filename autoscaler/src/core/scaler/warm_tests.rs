@@ -236,3 +236,84 @@ fn stopped_machines_stand_in_for_part_of_the_buffer() {
     assert_eq!(buffer_with(5, None), cold);
     assert_eq!(buffer_with(0, Some(15_000)), cold);
 }
+
+/// A pool with `stopped` stopped machines, five jobs of a pipeline's next stage foreseen, and a
+/// stopped machine's start measured at 15 s (lead time 60 s).
+fn foreseen_five(stopped_machines: &[MachineView]) -> Forecast {
+    Forecast {
+        pipeline_jobs: 5,
+        start_time: Some(15_000),
+        window_peak: 5,
+        ..forecast(0, 0)
+    }
+    .with_stopped(stopped_machines.len())
+}
+
+trait WithStopped {
+    fn with_stopped(self, n: usize) -> Self;
+}
+
+impl WithStopped for Forecast {
+    fn with_stopped(self, n: usize) -> Self {
+        Forecast {
+            stopped_slots: u32::try_from(n).unwrap(),
+            ..self
+        }
+    }
+}
+
+#[test]
+fn foreseen_jobs_that_stopped_machines_serve_within_the_target_hold_no_machine_ahead() {
+    let f = foreseen_five(&[]).with_stopped(3);
+    // A 30 s target lets a foreseen job wait a 15 s start: the 3 stopped machines serve 3.
+    assert_eq!(f.foreseen_jobs(30_000), 2);
+    assert_eq!(f.with_stopped(8).foreseen_jobs(30_000), 0);
+    // A 10 s target under the 15 s start lets 15 % of the foreseen jobs wait a start
+    // (0.05 / (1 - 10/15)): of 20, 3 are left to stopped machines, none of 5.
+    let twenty = Forecast {
+        pipeline_jobs: 20,
+        ..f.with_stopped(20)
+    };
+    assert_eq!(twenty.foreseen_jobs(10_000), 17);
+    assert_eq!(f.foreseen_jobs(10_000), 5);
+    // No start measured yet: the same.
+    let unmeasured = Forecast {
+        start_time: None,
+        ..f
+    };
+    assert_eq!(unmeasured.foreseen_jobs(30_000), 5);
+    // A target of a lead time or more holds none, warm pool or not.
+    assert_eq!(f.foreseen_jobs(60_000), 0);
+}
+
+#[test]
+fn a_stage_the_stopped_pool_covers_starts_nothing_before_its_jobs_are_pending() {
+    let fleet: Vec<MachineView> = (0..5).map(|i| stopped(&format!("s{i}"), i)).collect();
+    let plan = run(&fleet, 0, &WARM, foreseen_five(&fleet), 1_000);
+    assert!(plan.start.is_empty() && plan.create == 0, "{plan:?}");
+    // The stage's five jobs are pending: five stopped machines start, none is made.
+    let plan = run(&fleet, 5, &WARM, foreseen_five(&fleet), 2_000);
+    assert_eq!((plan.start.len(), plan.create), (5, 0));
+}
+
+#[test]
+fn a_stage_the_stopped_pool_does_not_cover_is_held_ready_stopped_machines_first() {
+    // Two stopped machines for five foreseen jobs: the stage is held running, as without a
+    // warm pool, the stopped machines started first (a start is cheaper than a boot).
+    let fleet = [stopped("s1", 0), stopped("s2", 10)];
+    let plan = run(&fleet, 0, &WARM, foreseen_five(&fleet), 1_000);
+    assert_eq!(ids(&plan.start), ["s1", "s2"]);
+    assert_eq!(plan.create, 1);
+    // The next pass: three on their way, none stopped: two more are made for the five.
+    let coming = |id: &str, state| MachineView {
+        state,
+        ..stopped(id, 0)
+    };
+    let fleet = [
+        coming("s1", S::Starting),
+        coming("s2", S::Starting),
+        coming("n1", S::Creating),
+    ];
+    let plan = run(&fleet, 0, &WARM, foreseen_five(&[]), 2_000);
+    assert_eq!((plan.start.len(), plan.create), (0, 2));
+}
