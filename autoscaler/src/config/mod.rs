@@ -35,7 +35,7 @@ pub use job_user::DEFAULT_JOB_USER;
 pub use pool::PoolConfig;
 pub use reader::Problem;
 use reader::{Problems, Section};
-pub use scaling::{Intake, PolicyCell, PoolPolicy, ScalingConfig};
+pub use scaling::{Intake, PolicyCell, PoolPolicy, Prices, ScalingConfig};
 pub use sidecar::{SidecarConfig, SidecarMode, SidecarStart};
 pub use sources::ProvisionerConfig;
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};

@@ -193,7 +193,7 @@ fn compare_scaling(out: &mut Comparison, at: &str, old: &ScalingConfig, new: &Sc
     compare!(out, at, ScalingConfig, old, new, live: [
         max_machines, idle_count, idle_time, max_use_count, max_age, scale_factor,
         scale_factor_limit, scale_factor_counts, intake, hybrid_ahead, strategy, billing_period,
-        acquire_timeout, delete_on_shutdown, target_wait, stopped_count, max_stopped,
+        acquire_timeout, delete_on_shutdown, target_wait, stopped_count, max_stopped, prices,
     ], skip: [capacity_per_machine, strategy_chosen_by]);
     if old.capacity_per_machine != new.capacity_per_machine {
         out.restart(

@@ -66,6 +66,16 @@ pub struct ScalingConfig {
     pub stopped_count: u32,
     /// Warm pool: stopped machines kept at most; with `stopped_count` 0 too, none (default).
     pub max_stopped: u32,
+    /// Warm pool: what a machine of the pool costs per hour running, and stopped (its disk).
+    /// Given together; the planner uses only their ratio, so any currency does.
+    pub prices: Option<Prices>,
+}
+
+/// A pool's machine prices per hour, running and stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prices {
+    pub per_hour: f64,
+    pub stopped_per_hour: f64,
 }
 
 /// The part of a pool's configuration that a reload may replace while the pool runs: its
@@ -111,6 +121,7 @@ impl ScalingConfig {
             target_wait: ms(self.target_wait),
             stopped_count: self.stopped_count,
             max_stopped: self.max_stopped,
+            stopped_price_share: self.prices.map(|p| p.stopped_per_hour / p.per_hour),
         }
     }
 }
@@ -137,6 +148,7 @@ impl Default for ScalingConfig {
             target_wait: DEFAULT_TARGET_WAIT,
             stopped_count: 0,
             max_stopped: 0,
+            prices: None,
         }
     }
 }
@@ -224,12 +236,53 @@ fn read_scaling(s: Section<'_>) -> ScalingConfig {
         target_wait: read_target_wait(&s, strategy, d.target_wait),
         stopped_count: s.or("stopped_count", d.stopped_count),
         max_stopped: s.or("max_stopped", d.max_stopped),
+        prices: read_prices(&s),
     };
     if s.has("max_stopped") && scaling.stopped_count > scaling.max_stopped {
         s.problem("stopped_count", "must not be above max_stopped");
     }
     s.finish();
     scaling
+}
+
+/// `price_per_hour` and `stopped_price_per_hour`: both or neither, and only for a warm pool
+/// (nothing else reads them).
+fn read_prices(s: &Section<'_>) -> Option<Prices> {
+    let per_hour: Option<f64> = s.optional("price_per_hour");
+    let stopped_per_hour: Option<f64> = s.optional("stopped_price_per_hour");
+    let warm_pool = s.has("stopped_count") || s.has("max_stopped");
+    for (key, given) in [
+        ("price_per_hour", per_hour.is_some()),
+        ("stopped_price_per_hour", stopped_per_hour.is_some()),
+    ] {
+        if given && !warm_pool {
+            s.problem(
+                key,
+                "only applies to a warm pool (stopped_count, max_stopped)",
+            );
+        }
+    }
+    if per_hour.is_some_and(|p| !(p > 0.0 && p.is_finite())) {
+        s.problem("price_per_hour", "must be above 0");
+    }
+    if stopped_per_hour.is_some_and(|p| !(p >= 0.0 && p.is_finite())) {
+        s.problem("stopped_price_per_hour", "must not be negative");
+    }
+    match (per_hour, stopped_per_hour) {
+        (Some(per_hour), Some(stopped_per_hour)) => Some(Prices {
+            per_hour,
+            stopped_per_hour,
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            s.problem("stopped_price_per_hour", "is needed with price_per_hour");
+            None
+        }
+        (None, Some(_)) => {
+            s.problem("price_per_hour", "is needed with stopped_price_per_hour");
+            None
+        }
+    }
 }
 
 fn read_target_wait(s: &Section<'_>, strategy: Strategy, default: Duration) -> Duration {

@@ -560,3 +560,40 @@ fn a_warm_pool_needs_sidecars_started_over_ssh() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn a_warm_pools_prices_come_together_and_give_the_planner_their_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |scaling: &str| {
+        let text = pool_with_policies(&format!("[pools.scaling]\n{scaling}"));
+        Config::load(&write(&dir, &text), no_env())
+    };
+    let c =
+        load("max_stopped = 4\nprice_per_hour = 0.04\nstopped_price_per_hour = 0.005\n").unwrap();
+    let share = c.pools[0].scaling.scale_policy().stopped_price_share;
+    assert_eq!(share, Some(0.125));
+    let refused = |scaling: &str| -> Vec<String> {
+        let err = load(scaling).unwrap_err();
+        err.problems.iter().map(ToString::to_string).collect()
+    };
+    let alone = refused("max_stopped = 4\nprice_per_hour = 0.04\n");
+    assert!(
+        alone
+            .iter()
+            .any(|p| p.contains("scaling.stopped_price_per_hour")
+                && p.contains("is needed with price_per_hour")),
+        "{alone:?}"
+    );
+    let cold = refused("price_per_hour = 0.04\nstopped_price_per_hour = 0.005\n");
+    assert!(
+        cold.iter()
+            .any(|p| p.contains("scaling.price_per_hour")
+                && p.contains("only applies to a warm pool")),
+        "{cold:?}"
+    );
+    let free = refused("max_stopped = 4\nprice_per_hour = 0\nstopped_price_per_hour = 0\n");
+    assert!(
+        free.iter().any(|p| p.contains("must be above 0")),
+        "{free:?}"
+    );
+}

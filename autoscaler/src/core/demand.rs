@@ -209,10 +209,17 @@ impl DemandTracker {
         let boots: Vec<Millis> = self.lead_times.iter().copied().collect();
         let surplus_grace = surplus_grace(&boots, target_wait, window);
         let start_time = slow_end(&self.start_times);
-        let stop_grace = start_time.filter(|&start| start < lead_time).map(|_| {
-            let starts: Vec<Millis> = self.start_times.iter().copied().collect();
-            self::surplus_grace(&starts, target_wait, window)
-        });
+        let starts: Vec<Millis> = self.start_times.iter().copied().collect();
+        let stop_grace = start_time
+            .filter(|&start| start < lead_time)
+            .map(|_| self::surplus_grace(&starts, target_wait, window));
+        let start_cost = if starts.is_empty() {
+            0
+        } else {
+            self::surplus_grace(&starts, target_wait, Millis::MAX)
+        };
+        let start_saving =
+            self::surplus_grace(&boots, target_wait, Millis::MAX).saturating_sub(start_cost);
         self.needed.record(now, rises.plus(self.in_use));
         let need = self
             .in_use
@@ -235,6 +242,7 @@ impl DemandTracker {
             window_peak: self.need_peak(now.saturating_sub(window)),
             start_time,
             stopped_slots: 0,
+            start_saving,
         }
     }
 }

@@ -74,6 +74,10 @@ pub struct ScalePolicy {
     /// Warm pool: stopped machines to keep at most. With `stopped_count` also 0, no machine is
     /// ever stopped (the default).
     pub max_stopped: u32,
+    /// Warm pool: what a stopped machine costs per hour as a share of a running one (its
+    /// disk's price over the machine's), when the operator gave both prices: the planner then
+    /// keeps each stopped machine for as long as it pays (`warm`); `None`: for the window.
+    pub stopped_price_share: Option<f64>,
 }
 
 /// How the free capacity a pool holds is decided.
@@ -149,6 +153,8 @@ pub enum Reason {
     StoppedTarget,
     /// Warm pool: stopped, and older than `max_age` or past `max_use_count`: replaced.
     StoppedExpired,
+    /// Warm pool with prices: stopped and unused for longer than keeping it pays.
+    StoppedUnused,
 }
 
 impl Reason {
@@ -172,6 +178,7 @@ impl Reason {
             Reason::StopIdle => "stop_idle",
             Reason::StoppedTarget => "stopped_target",
             Reason::StoppedExpired => "stopped_expired",
+            Reason::StoppedUnused => "stopped_unused",
         }
     }
 }
@@ -391,7 +398,7 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
         .filter(|m| !released(&m.id))
         .map(|m| p.free_slots(m) + m.running_jobs)
         .sum();
-    warm::trim_to_target(&mut plan, machines, p, &forecast, running_slots);
+    warm::trim_to_target(&mut plan, (machines, p, &forecast), running_slots, now);
     plan
 }
 

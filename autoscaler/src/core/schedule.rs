@@ -170,6 +170,7 @@ mod tests {
             target_wait: 30_000,
             stopped_count: 0,
             max_stopped: 0,
+            stopped_price_share: None,
         };
         let entries = [entry(&["* 7-19 * * mon-fri"], Tz::UTC, 3)];
         let machine = |id: &str, state, running, idle_since| MachineView {

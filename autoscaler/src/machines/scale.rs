@@ -228,6 +228,7 @@ impl PoolController {
         ScalePolicy {
             stopped_count: 0,
             max_stopped: 0,
+            stopped_price_share: None,
             ..policy
         }
     }

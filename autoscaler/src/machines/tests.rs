@@ -171,6 +171,7 @@ async fn stuck_creation_is_destroyed_and_the_scaler_replaces_it() {
         target_wait: 30_000,
         stopped_count: 0,
         max_stopped: 0,
+        stopped_price_share: None,
     };
     let plan = scaler::plan(&scaler::PlanInput {
         machines: &views,

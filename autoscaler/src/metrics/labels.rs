@@ -49,6 +49,7 @@ pub(super) const SCALE_ACTIONS: [(&str, &[Reason]); 6] = [
             Reason::BillingPeriodEnd,
             Reason::StoppedTarget,
             Reason::StoppedExpired,
+            Reason::StoppedUnused,
         ],
     ),
     ("start", &[Reason::StartStopped]),

@@ -18,12 +18,17 @@
 //! start_time = ["10s", "20s"]      # warm pool: a stopped machine's start, uniform (default)
 //! stopped_price_per_hour = 0.0055  # warm pool: a stopped machine's disk (default: 0.1375 of price_per_hour)
 //! ```
+//!
+//! The planner is told the modelled cloud's two prices (its warm pool keeps a stopped machine
+//! while it pays) unless `[pools.scaling]` writes its own `price_per_hour` and
+//! `stopped_price_per_hour`.
 
 use std::time::Duration;
 
 use super::input::Input;
 use super::workload::read_range;
-use crate::config::ScalingConfig;
+use crate::config::{Prices, ScalingConfig};
+
 use crate::config::pool::read_scaling_and_policies;
 use crate::config::reader::{Problems, Section};
 use crate::config::values;
@@ -87,7 +92,7 @@ pub fn read(input: &Input) -> Result<Vec<SimPool>, super::SimulateError> {
 
 fn read_pool(s: Section<'_>) -> Option<SimPool> {
     let name: String = s.or("name", "default".to_string());
-    let (scaling, policies) = read_scaling_and_policies(&s);
+    let (mut scaling, policies) = read_scaling_and_policies(&s);
     let cloud = match s.table("provisioner") {
         Some(p) => read_cloud(p),
         None => {
@@ -99,12 +104,26 @@ fn read_pool(s: Section<'_>) -> Option<SimPool> {
         }
     };
     s.finish();
+    let cloud = cloud?;
+    // The planner prices its warm pool with the pool's own prices when written, else with the
+    // modelled cloud's: an operator writes the prices of the cloud the pool runs on.
+    scaling.prices = scaling.prices.or(cloud.prices());
     Some(SimPool {
         name,
         scaling,
         policies: policies.into_iter().collect::<Option<Vec<_>>>()?,
-        cloud: cloud?,
+        cloud,
     })
+}
+
+impl Cloud {
+    /// The modelled prices, running and stopped, when the policy gives them.
+    fn prices(&self) -> Option<Prices> {
+        Some(Prices {
+            per_hour: self.price_per_hour.filter(|&p| p > 0.0)?,
+            stopped_per_hour: self.stopped_price_per_hour?,
+        })
+    }
 }
 
 fn read_cloud(s: Section<'_>) -> Option<Cloud> {

@@ -61,6 +61,11 @@ pub struct Forecast {
     /// Job slots the pool's stopped machines would give once started: set by the planner
     /// ([`Forecast::buffer`] counts them).
     pub stopped_slots: u32,
+    /// Warm pool: what a stopped machine saves each time it serves in place of a new one, in
+    /// machine time: a replacement's expected cost (a boot, and the wait beyond the target of
+    /// the job that waits for it, as [`surplus_grace`] prices it) less a start's (0 until a
+    /// start was measured).
+    pub start_saving: Millis,
 }
 
 /// Free slots the forecast asks for under a p95 target of `target_wait`, beyond the jobs

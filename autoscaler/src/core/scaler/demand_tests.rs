@@ -26,6 +26,7 @@ pub(super) const DEMAND: ScalePolicy = ScalePolicy {
     target_wait: 30_000,
     stopped_count: 0,
     max_stopped: 0,
+    stopped_price_share: None,
 };
 
 pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
@@ -43,6 +44,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         window_peak: 0,
         start_time: None,
         stopped_slots: 0,
+        start_saving: 0,
     }
 }
 

@@ -25,6 +25,7 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         window_peak: 0,
         start_time: None,
         stopped_slots: 0,
+        start_saving: 0,
     }
 }
 

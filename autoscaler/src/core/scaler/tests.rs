@@ -20,6 +20,7 @@ const P: ScalePolicy = ScalePolicy {
     target_wait: 30_000,
     stopped_count: 0,
     max_stopped: 0,
+    stopped_price_share: None,
 };
 
 fn m(id: &str, state: MachineState, running: u32, uses: u32, idle_since: Millis) -> MachineView {
@@ -297,6 +298,7 @@ fn policy() -> impl PropStrategy<Value = ScalePolicy> {
                 target_wait: 30_000,
                 stopped_count: 0,
                 max_stopped: 0,
+                stopped_price_share: None,
             },
         )
 }

@@ -2,11 +2,18 @@
 //! time after they are asked to (a fraction of a boot). Off unless the pool's policy sets
 //! `stopped_count` or `max_stopped`; then:
 //!
-//! - **Target.** A stopped machine costs a fraction of an idle one, so it is worth keeping for
-//!   the whole window the forecast remembers, not only the grace an idle one gets: the pool
-//!   keeps stopped the machines that the window's peak of needed slots (`window_peak`) asked
-//!   for beyond what the machines that run now give, at least `stopped_count`, at most
-//!   `max_stopped` (or `stopped_count` when that is more).
+//! - **Target, priced.** With both prices given (`stopped_price_share`), a stopped machine is
+//!   kept for as long as it pays, the rent-or-buy rule one tier down: each time it serves in
+//!   place of a new machine it saves `Forecast::start_saving` of machine time, and stopped it
+//!   costs its share of a running machine's time. So every idle machine the forecast does not
+//!   need is stopped (up to `max_stopped`), and a stopped machine unused for the saving over
+//!   the share is destroyed (down to `stopped_count`): never more than twice what knowing
+//!   when it would be needed again would cost.
+//! - **Target, unpriced.** A stopped machine costs a fraction of an idle one, so it is worth
+//!   keeping for the whole window the forecast remembers, not only the grace an idle one gets:
+//!   the pool keeps stopped the machines that the window's peak of needed slots
+//!   (`window_peak`) asked for beyond what the machines that run now give, at least
+//!   `stopped_count`, at most `max_stopped` (or `stopped_count` when that is more).
 //! - **Start before create.** Free slots short: stopped machines are started first, and only
 //!   the rest are made.
 //! - **A smaller running buffer.** The stopped machines' slots stand in for part of the
@@ -36,15 +43,31 @@ impl ScalePolicy {
     }
 
     /// Stopped machines to keep when the machines that run give `running_slots` job slots.
+    /// Priced, as many as `max_stopped` allows: each goes once it no longer pays
+    /// ([`Self::stopped_keep`]).
     pub fn stopped_target(&self, forecast: &Forecast, running_slots: u32) -> u32 {
         if !self.has_warm_pool() {
             return 0;
+        }
+        if self.stopped_price_share.is_some() {
+            return self.stopped_cap();
         }
         let beyond = forecast.window_peak.saturating_sub(running_slots);
         beyond
             .div_ceil(self.slots_per_new_machine())
             .max(self.stopped_count)
             .min(self.stopped_cap())
+    }
+
+    /// Priced: how long a stopped machine is kept unused (since its last job) before keeping
+    /// it costs more than it may save: the saving of one start over a boot, over the stopped
+    /// share of a running machine's price (for ever when the disk is free). `None` unpriced.
+    pub fn stopped_keep(&self, forecast: &Forecast) -> Option<Millis> {
+        let share = self.stopped_price_share?;
+        if share <= 0.0 {
+            return Some(Millis::MAX);
+        }
+        Some((forecast.start_saving as f64 / share).min(Millis::MAX as f64) as Millis)
     }
 }
 
@@ -160,21 +183,21 @@ pub(super) fn stop(m: &MachineView, now: Millis) -> Retire {
     }
 }
 
-/// Destroys stopped machines above the target, oldest first.
+/// Destroys stopped machines above the target, oldest first; priced, then those kept unused
+/// for longer than they pay, oldest first, down to `stopped_count`.
 pub(super) fn trim_to_target(
     plan: &mut ScalePlan,
-    machines: &[MachineView],
-    p: &ScalePolicy,
-    forecast: &Forecast,
+    (machines, p, forecast): (&[MachineView], &ScalePolicy, &Forecast),
     running_slots: u32,
+    now: Millis,
 ) {
     let all: Vec<&MachineView> = machines.iter().collect();
     let kept = stopped_pool(&all, plan) + u32::try_from(plan.stop.len()).unwrap_or(u32::MAX);
     let target = p.stopped_target(forecast, running_slots);
-    let excess = kept.saturating_sub(target) as usize;
+    let excess = kept.saturating_sub(target);
     let chosen: Vec<Retire> = startable(machines, plan)
         .into_iter()
-        .take(excess)
+        .take(excess as usize)
         .map(|m| Retire {
             id: m.id.clone(),
             reason: Reason::StoppedTarget,
@@ -182,4 +205,24 @@ pub(super) fn trim_to_target(
         })
         .collect();
     plan.destroy.extend(chosen);
+    let Some(keep) = p.stopped_keep(forecast) else {
+        return;
+    };
+    let above_floor = kept.saturating_sub(excess).saturating_sub(p.stopped_count);
+    let unused: Vec<Retire> = startable(machines, plan)
+        .into_iter()
+        .filter(|m| now.saturating_sub(m.idle_since) >= keep)
+        .take(above_floor as usize)
+        .map(|m| Retire {
+            id: m.id.clone(),
+            reason: Reason::StoppedUnused,
+            detail: format!(
+                "unused for {} s; kept longer, its disk would cost more than a start saves \
+                 (after {} s)",
+                now.saturating_sub(m.idle_since) / 1000,
+                keep / 1000
+            ),
+        })
+        .collect();
+    plan.destroy.extend(unused);
 }

@@ -317,3 +317,63 @@ fn a_stage_the_stopped_pool_does_not_cover_is_held_ready_stopped_machines_first(
     let plan = run(&fleet, 0, &WARM, foreseen_five(&[]), 2_000);
     assert_eq!((plan.start.len(), plan.create), (0, 2));
 }
+
+/// A warm pool with prices: a stopped machine's disk an eighth of the machine's price, and a
+/// start that saves 75 s of machine time over a boot, so a stopped machine pays for itself
+/// over 600 s unused.
+const PRICED: ScalePolicy = ScalePolicy {
+    stopped_price_share: Some(0.125),
+    ..WARM
+};
+
+fn saving_75s() -> Forecast {
+    Forecast {
+        start_saving: 75_000,
+        ..forecast(0, 0)
+    }
+}
+
+#[test]
+fn priced_a_stopped_machine_is_kept_while_it_pays_whatever_the_window_saw() {
+    assert_eq!(PRICED.stopped_keep(&saving_75s()), Some(600_000));
+    assert_eq!(WARM.stopped_keep(&saving_75s()), None);
+    // Nothing was needed in the window, yet the idle machine is stopped, not destroyed.
+    let plan = run(&[ready("a", 0, 0)], 0, &PRICED, saving_75s(), 120_000);
+    assert_eq!(ids(&plan.stop), ["a"]);
+    // Stopped since 0: kept until it has been unused for 600 s, then destroyed.
+    let fleet = [stopped("s", 0)];
+    assert!(
+        run(&fleet, 0, &PRICED, saving_75s(), 599_000)
+            .destroy
+            .is_empty()
+    );
+    let plan = run(&fleet, 0, &PRICED, saving_75s(), 600_000);
+    assert_eq!(ids(&plan.destroy), ["s"]);
+    assert_eq!(plan.destroy[0].reason, Reason::StoppedUnused);
+}
+
+#[test]
+fn priced_unused_machines_go_oldest_first_down_to_stopped_count() {
+    let p = ScalePolicy {
+        stopped_count: 1,
+        ..PRICED
+    };
+    let fleet = [stopped("new", 30), stopped("old", 10), stopped("mid", 20)];
+    let plan = run(&fleet, 0, &p, saving_75s(), 3_600_000);
+    assert_eq!(ids(&plan.destroy), ["old", "mid"]);
+}
+
+#[test]
+fn a_free_disk_is_kept_however_long_unused_and_a_costly_one_briefly() {
+    let free = ScalePolicy {
+        stopped_price_share: Some(0.0),
+        ..PRICED
+    };
+    let plan = run(&[stopped("s", 0)], 0, &free, saving_75s(), 86_400_000);
+    assert!(plan.destroy.is_empty());
+    let full = ScalePolicy {
+        stopped_price_share: Some(1.0),
+        ..PRICED
+    };
+    assert_eq!(full.stopped_keep(&saving_75s()), Some(75_000));
+}
