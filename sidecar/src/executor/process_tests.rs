@@ -24,6 +24,15 @@ fn script(dir: &Path, body: &str) -> std::path::PathBuf {
     path
 }
 
+/// Runs `script` in `dir` to its end: no deadline, no interrupt raised.
+async fn run_to_end(script: &Path, dir: &Path, t: &Trace) -> StageEnd {
+    let i = Interrupts::new();
+    let stage = limits(None, Interrupt::Cancel);
+    run_bash(script, dir, t, i.subscribe(), stage, None)
+        .await
+        .unwrap()
+}
+
 /// Alive = exists and is not a zombie (a killed orphan waits for init to reap it).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -70,17 +79,7 @@ async fn output_order_and_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let s = script(dir.path(), "echo out1\necho err1 >&2\necho out2\nexit 3\n");
     let t = trace();
-    let i = Interrupts::new();
-    let end = run_bash(
-        &s,
-        dir.path(),
-        &t,
-        i.subscribe(),
-        limits(None, Interrupt::Cancel),
-        None,
-    )
-    .await
-    .unwrap();
+    let end = run_to_end(&s, dir.path(), &t).await;
     assert_eq!(end, StageEnd::Exited(3));
     assert_eq!(t.contents(), b"out1\nerr1\nout2\n");
 }
@@ -90,18 +89,8 @@ async fn sidecar_token_is_not_inherited() {
     let dir = tempfile::tempdir().unwrap();
     let s = script(dir.path(), "echo \"token=${SIDECAR_TOKEN:-unset}\"\n");
     let t = trace();
-    let i = Interrupts::new();
     // The variable is removed from the child's environment whatever the parent has.
-    run_bash(
-        &s,
-        dir.path(),
-        &t,
-        i.subscribe(),
-        limits(None, Interrupt::Cancel),
-        None,
-    )
-    .await
-    .unwrap();
+    run_to_end(&s, dir.path(), &t).await;
     assert_eq!(t.contents(), b"token=unset\n");
 }
 
@@ -146,17 +135,7 @@ async fn leftover_background_processes_do_not_block_the_stage() {
         &format!("sleep 60 &\necho $! > {}\necho done\n", pidfile.display()),
     );
     let t = trace();
-    let i = Interrupts::new();
-    let end = run_bash(
-        &s,
-        dir.path(),
-        &t,
-        i.subscribe(),
-        limits(None, Interrupt::Cancel),
-        None,
-    )
-    .await
-    .unwrap();
+    let end = run_to_end(&s, dir.path(), &t).await;
     assert_eq!(end, StageEnd::Exited(0));
     assert_eq!(t.contents(), b"done\n");
     let bg: i32 = std::fs::read_to_string(&pidfile)
