@@ -1,16 +1,18 @@
 //! Wire-level details checked against a tiny local axum mock that records every request:
 //! headers, request ids across retries, body shapes, trace resync and final update,
-//! streamed artifact uploads, redirected downloads, unregister paths, and the binary's
-//! CLI/signal behaviour against the fake GitLab.
+//! unregister paths, and the binary's CLI/signal behaviour against the fake GitLab (artifacts
+//! on the wire: `artifact_transfer.rs`).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use common::mock::{Mock, Recorded, with_headers};
 use sidecar::client::{Client, JobRequestOutcome};
 use sidecar::executor::Interrupts;
 use sidecar::protocol::{JobState, RunnerInfo};
@@ -19,91 +21,6 @@ use sidecar::trace::Trace;
 use sidecar::trace::buffer::TraceBuffer;
 use sidecar::trace::masker::Masker;
 use sidecar::trace::updater::{FinalResult, FinalState, Updater, UpdaterTiming};
-
-#[derive(Debug, Clone)]
-struct Recorded {
-    method: Method,
-    path: String,
-    query: String,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Recorded {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).expect("JSON body")
-    }
-}
-
-type Responder = Arc<dyn Fn(&Recorded, usize) -> Response + Send + Sync>;
-
-struct Mock {
-    url: String,
-    log: Arc<Mutex<Vec<Recorded>>>,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl Mock {
-    /// `respond` gets the request and how many requests came before it.
-    async fn start(respond: impl Fn(&Recorded, usize) -> Response + Send + Sync + 'static) -> Mock {
-        let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-        let respond: Responder = Arc::new(respond);
-        let app = {
-            let log = log.clone();
-            axum::Router::new().fallback(
-                move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
-                    let log = log.clone();
-                    let respond = respond.clone();
-                    async move {
-                        let rec = Recorded {
-                            method,
-                            path: uri.path().to_owned(),
-                            query: uri.query().unwrap_or("").to_owned(),
-                            headers,
-                            body,
-                        };
-                        let n = {
-                            let mut log = log.lock().unwrap();
-                            log.push(rec.clone());
-                            log.len() - 1
-                        };
-                        respond(&rec, n)
-                    }
-                },
-            )
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Mock {
-            url,
-            log,
-            _task: task,
-        }
-    }
-
-    fn requests(&self) -> Vec<Recorded> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-fn with_headers(
-    status: StatusCode,
-    headers: &[(&'static str, &str)],
-    body: impl Into<axum::body::Body>,
-) -> Response {
-    let mut r = (status, body.into()).into_response();
-    for (k, v) in headers {
-        r.headers_mut().insert(*k, v.parse().unwrap());
-    }
-    r
-}
 
 #[tokio::test]
 async fn job_request_headers_retries_and_last_update() {
@@ -280,126 +197,6 @@ async fn final_update_resyncs_on_416_and_reports_checksum() {
         "exit code 0 is omitted: {body}"
     );
     assert!(body.get("failure_reason").is_none());
-}
-
-#[tokio::test]
-async fn artifact_upload_is_streamed_multipart() {
-    let mock = Mock::start(|_req, _| with_headers(StatusCode::CREATED, &[], "{}")).await;
-    let client = Client::new(&mock.url).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("archive.zip");
-    std::fs::write(&file, b"PK\x05\x06 pretend zip").unwrap();
-    let params = sidecar::artifacts::transfer::UploadParams {
-        artifact_format: "zip".to_owned(),
-        artifact_type: "archive".to_owned(),
-        expire_in: String::new(),
-    };
-    sidecar::artifacts::transfer::upload(
-        &client,
-        7,
-        &Secret::new("glcbt-t"),
-        &file,
-        "out.zip",
-        &params,
-    )
-    .await
-    .unwrap();
-    let reqs = mock.requests();
-    assert_eq!(reqs.len(), 1);
-    let r = &reqs[0];
-    assert_eq!(r.path, "/api/v4/jobs/7/artifacts");
-    assert_eq!(r.query, "artifact_format=zip&artifact_type=archive");
-    assert_eq!(r.header("JOB-TOKEN"), Some("glcbt-t"));
-    assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
-    assert!(r.header("Content-Length").is_none());
-    assert!(
-        r.header("Content-Type")
-            .unwrap()
-            .starts_with("multipart/form-data; boundary=")
-    );
-    let body = String::from_utf8_lossy(&r.body);
-    assert!(
-        body.contains("name=\"file\"; filename=\"out.zip\""),
-        "{body}"
-    );
-    assert!(body.contains("pretend zip"));
-}
-
-#[tokio::test]
-async fn artifact_upload_retries_and_gives_up_on_403() {
-    // 500 twice (each a full §1.1 retry round), then 201.
-    let mock = Mock::start(|_req, n| {
-        if n < 10 {
-            with_headers(StatusCode::INTERNAL_SERVER_ERROR, &[], "")
-        } else {
-            with_headers(StatusCode::CREATED, &[], "")
-        }
-    })
-    .await;
-    let client = Client::new(&mock.url).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("a.zip");
-    std::fs::write(&file, b"data").unwrap();
-    let params = sidecar::artifacts::transfer::UploadParams::default();
-    sidecar::artifacts::transfer::upload(&client, 1, &Secret::new("t"), &file, "a.zip", &params)
-        .await
-        .unwrap();
-    assert_eq!(mock.requests().len(), 11);
-    assert!(mock.requests().iter().all(|r| r.query.is_empty()));
-
-    let forbidden = Mock::start(|_req, _| with_headers(StatusCode::FORBIDDEN, &[], "")).await;
-    let client = Client::new(&forbidden.url).unwrap();
-    let err = sidecar::artifacts::transfer::upload(
-        &client,
-        1,
-        &Secret::new("t"),
-        &file,
-        "a.zip",
-        &params,
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(err, sidecar::artifacts::ArtifactError::Status(403)),
-        "{err:?}"
-    );
-    assert_eq!(forbidden.requests().len(), 1);
-}
-
-#[tokio::test]
-async fn artifact_download_follows_location_without_the_job_token() {
-    let mock = Mock::start(|req, _| {
-        if req.path == "/api/v4/jobs/9/artifacts" {
-            with_headers(StatusCode::FOUND, &[("Location", "/storage/abc")], "")
-        } else {
-            with_headers(StatusCode::OK, &[], "zip-bytes")
-        }
-    })
-    .await;
-    let client = Client::new(&mock.url).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let dest = dir.path().join("dl");
-    let n = sidecar::artifacts::transfer::download(&client, 9, &Secret::new("glcbt-dep"), &dest)
-        .await
-        .unwrap();
-    assert_eq!(n, 9);
-    assert_eq!(std::fs::read(&dest).unwrap(), b"zip-bytes");
-    let reqs = mock.requests();
-    assert_eq!(reqs.len(), 2);
-    assert_eq!(reqs[0].query, "direct_download=true");
-    assert_eq!(reqs[0].header("JOB-TOKEN"), Some("glcbt-dep"));
-    assert_eq!(reqs[1].path, "/storage/abc");
-    assert!(reqs[1].header("JOB-TOKEN").is_none());
-
-    // 404 is permanent: one request only.
-    let missing = Mock::start(|_req, _| with_headers(StatusCode::NOT_FOUND, &[], "")).await;
-    let client = Client::new(&missing.url).unwrap();
-    assert!(
-        sidecar::artifacts::transfer::download(&client, 9, &Secret::new("t"), &dest)
-            .await
-            .is_err()
-    );
-    assert_eq!(missing.requests().len(), 1);
 }
 
 #[tokio::test]

@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
+pub mod mock;
+
 use std::time::Duration;
 
 use fake_gitlab::control::{Client, JobSpec, JobView};
