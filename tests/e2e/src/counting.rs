@@ -4,10 +4,11 @@
 //! machines the provider reports as being reclaimed), behind a fake GitLab and an autoscaler
 //! that confirms waiting jobs every second.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use fake_gitlab::control::{JobSpec, JobStatus};
 use tempfile::TempDir;
 
@@ -40,11 +41,31 @@ pub async fn rig(
     rig_logging(gitlab_args, scaling, provisioner, env, None).await
 }
 
+/// The `[pools.sidecar]` lines of [`rig`]: the built-in sidecar, a minute to its first poll.
+pub const BUILTIN_SIDECAR: &str = "mode = \"builtin\"\nready_timeout = \"60s\"";
+
 /// [`rig`] with the autoscaler's log (at debug level) written to `log_file`.
 pub async fn rig_logging(
     gitlab_args: &[&str],
     scaling: &str,
     provisioner: &str,
+    env: &[(&str, &str)],
+    log_file: Option<&std::path::Path>,
+) -> Result<CountingRig> {
+    rig_with_sidecar(
+        gitlab_args,
+        (scaling, provisioner, BUILTIN_SIDECAR),
+        env,
+        log_file,
+    )
+    .await
+}
+
+/// [`rig_logging`] with the pool's `[pools.scaling]`, `[pools.provisioner]` (extra) and
+/// `[pools.sidecar]` lines given.
+pub async fn rig_with_sidecar(
+    gitlab_args: &[&str],
+    (scaling, provisioner, sidecar): (&str, &str, &str),
     env: &[(&str, &str)],
     log_file: Option<&std::path::Path>,
 ) -> Result<CountingRig> {
@@ -66,7 +87,7 @@ pub async fn rig_logging(
     let mut pool = PoolSpec::new("local");
     pool.tail = format!(
         "[pools.provisioner]\ncommand = \"{}\"\nenv = {{ {env_table} }}\nreconcile_interval = \"1s\"\n{provisioner}\n\n\
-         [pools.scaling]\n{scaling}\n\n[pools.sidecar]\nmode = \"builtin\"\nready_timeout = \"60s\"\n",
+         [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
         repo_root()
             .join("tests/e2e/fixtures/counting-provisioner")
             .display(),
@@ -101,6 +122,37 @@ pub async fn rig_logging(
     })
 }
 
+/// What the counting provisioner's log says of the machines: every one created, those not
+/// destroyed since, and the most that existed at once.
+#[derive(Debug, Default)]
+pub struct MachineLog {
+    pub created: BTreeSet<String>,
+    pub alive: BTreeSet<String>,
+    pub most: usize,
+}
+
+impl MachineLog {
+    /// Reads the log at `path` (one `create <id>` or `destroy <id>` a line).
+    pub fn read(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        let mut log = Self::default();
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("create", id)) => {
+                    log.created.insert(id.to_string());
+                    log.alive.insert(id.to_string());
+                }
+                Some(("destroy", id)) => {
+                    log.alive.remove(id);
+                }
+                _ => {}
+            }
+            log.most = log.most.max(log.alive.len());
+        }
+        Ok(log)
+    }
+}
+
 impl CountingRig {
     pub async fn enqueue(&self, spec: JobSpec) -> Result<u64> {
         Ok(self.gitlab.control.enqueue(&spec).await?.id)
@@ -108,6 +160,22 @@ impl CountingRig {
 
     pub fn job(&self, script: &[&str]) -> JobSpec {
         JobSpec::new(&self.pool.upstream_token, script)
+    }
+
+    /// Enqueues a job of `script` for the pool.
+    pub async fn enqueue_script(&self, script: &[&str]) -> Result<u64> {
+        self.enqueue(self.job(script)).await
+    }
+
+    /// Waits until the job ends; its trace if it succeeded, an error with both if not.
+    pub async fn finish(&self, id: u64) -> Result<String> {
+        let view = self.gitlab.control.wait_final(id, WITHIN).await?;
+        let trace = self.trace(id).await?;
+        ensure!(
+            view.status == JobStatus::Success,
+            "job {id}: {view:?}\n{trace}"
+        );
+        Ok(trace)
     }
 
     /// Waits until GitLab has handed the job out (running, or pending for acknowledgement).
@@ -138,6 +206,36 @@ impl CountingRig {
     pub fn created(&self) -> Result<usize> {
         let log = std::fs::read_to_string(&self.count_log)?;
         Ok(log.lines().filter(|l| l.starts_with("create ")).count())
+    }
+
+    /// (machines created in all, most that existed at once, existing now), from the
+    /// provisioner's own log.
+    pub fn machine_counts(&self) -> Result<(usize, usize, usize)> {
+        let log = MachineLog::read(&self.count_log)?;
+        Ok((log.created.len(), log.most, log.alive.len()))
+    }
+
+    /// The provisioner's own `list`: what exists at the infrastructure.
+    pub fn provider_list(&self) -> Result<Vec<serde_json::Value>> {
+        let output = std::process::Command::new(repo_root().join("provisioners/local/provisioner"))
+            .arg("list")
+            .env("LOCAL_ROOT", &self.machines_root)
+            .env("AUTOSCALER_POOL", "local")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .map(|mut i| i.write_all(br#"{"protocol":1,"pool":"local","labels":{}}"#))
+                    .transpose()?;
+                child.wait_with_output()
+            })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&output.stdout).context("list answered nonsense")?;
+        Ok(v["machines"].as_array().cloned().unwrap_or_default())
     }
 
     /// Waits until the autoscaler's pool view satisfies `check` (the admin API has no long

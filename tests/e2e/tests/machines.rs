@@ -2,34 +2,18 @@
 //! machines, sidecars are injected over real SSH, jobs run, idle machines go away.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use autoscaler::core::machine::MachineState;
 use autoscaler::store::MachineRecord;
-use e2e::LocalMachinesGuard;
+use e2e::counting::{self, CountingRig, WITHIN};
 use e2e::process::binary;
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
-use fake_gitlab::control::{JobSpec, JobStatus};
-use tempfile::TempDir;
-
-const WITHIN: Duration = Duration::from_secs(120);
-
-struct Rig {
-    gitlab: FakeGitLab,
-    autoscaler: Autoscaler,
-    pool: PoolSpec,
-    machines_root: PathBuf,
-    count_log: PathBuf,
-    // Dropped in this order: the autoscaler stops first, then whatever machines remain go.
-    _cleanup: LocalMachinesGuard,
-    _dir: TempDir,
-}
+use e2e::stack::repo_root;
 
 /// A pool on the counting wrapper of the local provisioner, with the given scaling and sidecar
 /// keys and extra provisioner environment.
-async fn rig(scaling: &str, sidecar: &str, extra_env: &[(&str, &str)]) -> Result<Rig> {
+async fn rig(scaling: &str, sidecar: &str, extra_env: &[(&str, &str)]) -> Result<CountingRig> {
     rig_on(&[], scaling, sidecar, extra_env).await
 }
 
@@ -39,114 +23,8 @@ async fn rig_on(
     scaling: &str,
     sidecar: &str,
     extra_env: &[(&str, &str)],
-) -> Result<Rig> {
-    let dir = tempfile::tempdir()?;
-    let machines_root = dir.path().join("machines");
-    let count_log = dir.path().join("machines.log");
-    std::fs::write(&count_log, "")?;
-    let mut args = vec!["--trace-update-interval", "1"];
-    args.extend_from_slice(gitlab_args);
-    let gitlab = FakeGitLab::start(&args).await?;
-    let mut env = format!(
-        "LOCAL_ROOT = \"{}\", COUNT_LOG = \"{}\"",
-        machines_root.display(),
-        count_log.display()
-    );
-    for (k, v) in extra_env {
-        env.push_str(&format!(", {k} = \"{v}\""));
-    }
-    let mut pool = PoolSpec::new("local");
-    pool.tail = format!(
-        "[pools.provisioner]\ncommand = \"{}\"\nenv = {{ {env} }}\nreconcile_interval = \"1s\"\n\n\
-         [pools.scaling]\n{scaling}\n\n[pools.sidecar]\n{sidecar}\n",
-        repo_root()
-            .join("tests/e2e/fixtures/counting-provisioner")
-            .display(),
-    );
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "long_poll_timeout = \"10s\"",
-    )
-    .await?;
-    Ok(Rig {
-        gitlab,
-        autoscaler,
-        pool,
-        _cleanup: LocalMachinesGuard {
-            root: machines_root.clone(),
-        },
-        machines_root,
-        count_log,
-        _dir: dir,
-    })
-}
-
-impl Rig {
-    async fn enqueue(&self, script: &[&str]) -> Result<u64> {
-        Ok(self
-            .gitlab
-            .control
-            .enqueue(&JobSpec::new(&self.pool.upstream_token, script))
-            .await?
-            .id)
-    }
-
-    async fn finish(&self, id: u64) -> Result<String> {
-        let view = self.gitlab.control.wait_final(id, WITHIN).await?;
-        let trace = String::from_utf8_lossy(&self.gitlab.control.trace(id).await?).into_owned();
-        ensure!(
-            view.status == JobStatus::Success,
-            "job {id}: {view:?}\n{trace}"
-        );
-        Ok(trace)
-    }
-
-    /// (machines created in all, most that existed at once, existing now), from the
-    /// provisioner's own log.
-    fn machine_counts(&self) -> Result<(usize, usize, usize)> {
-        let log = std::fs::read_to_string(&self.count_log)?;
-        let (mut alive, mut created, mut most) = (BTreeSet::new(), BTreeSet::new(), 0);
-        for line in log.lines() {
-            match line.split_once(' ') {
-                Some(("create", id)) => {
-                    alive.insert(id.to_string());
-                    created.insert(id.to_string());
-                }
-                Some(("destroy", id)) => {
-                    alive.remove(id);
-                }
-                _ => {}
-            }
-            most = most.max(alive.len());
-        }
-        Ok((created.len(), most, alive.len()))
-    }
-
-    /// The provisioner's own `list`: what exists at the infrastructure.
-    fn provider_list(&self) -> Result<Vec<serde_json::Value>> {
-        let output = std::process::Command::new(repo_root().join("provisioners/local/provisioner"))
-            .arg("list")
-            .env("LOCAL_ROOT", &self.machines_root)
-            .env("AUTOSCALER_POOL", "local")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut child| {
-                use std::io::Write;
-                child
-                    .stdin
-                    .take()
-                    .map(|mut i| i.write_all(br#"{"protocol":1,"pool":"local","labels":{}}"#))
-                    .transpose()?;
-                child.wait_with_output()
-            })?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&output.stdout).context("list answered nonsense")?;
-        Ok(v["machines"].as_array().cloned().unwrap_or_default())
-    }
+) -> Result<CountingRig> {
+    counting::rig_with_sidecar(gitlab_args, (scaling, "", sidecar), extra_env, None).await
 }
 
 fn all_gone(list: &[MachineRecord]) -> bool {
@@ -178,7 +56,7 @@ async fn thirty_jobs_from_zero_machines_never_exceed_the_maximum_and_idle_machin
     let mut ids = Vec::new();
     for i in 0..30 {
         ids.push(
-            r.enqueue(&[
+            r.enqueue_script(&[
                 &format!("echo job {i} on $(hostname)"),
                 PRINT_MACHINE,
                 "sleep 0.2",
@@ -246,7 +124,7 @@ async fn capacity_per_machine_runs_three_jobs_at_once_on_one_machine() -> Result
     for _ in 0..3 {
         // Each job waits until all three have started: they can only pass if they run together.
         ids.push(
-            r.enqueue(&[
+            r.enqueue_script(&[
                 &format!("touch {b}/$CI_JOB_ID"),
                 &format!("for i in $(seq 1 600); do [ $(ls {b} | wc -l) -ge 3 ] && break; sleep 0.1; done"),
                 &format!("[ $(ls {b} | wc -l) -ge 3 ]"),
@@ -278,7 +156,7 @@ async fn max_use_count_recycles_a_machine_after_two_jobs() -> Result<()> {
     .await?;
     let mut ids = Vec::new();
     for _ in 0..4 {
-        ids.push(r.enqueue(&[PRINT_MACHINE]).await?);
+        ids.push(r.enqueue_script(&[PRINT_MACHINE]).await?);
     }
     let mut per_machine: BTreeMap<String, usize> = BTreeMap::new();
     for id in ids {
@@ -338,7 +216,7 @@ async fn a_host_key_other_than_the_pinned_one_is_refused() -> Result<()> {
         &[("LIE_HOST_KEY", &lie)],
     )
     .await?;
-    let job = r.enqueue(&["echo should not run"]).await?;
+    let job = r.enqueue_script(&["echo should not run"]).await?;
     let list = r
         .autoscaler
         .wait_machines(WITHIN, "a machine refused for its host key", |l| {
@@ -373,7 +251,7 @@ async fn a_sidecar_that_never_polls_fails_its_machine_which_is_replaced() -> Res
         &[],
     )
     .await?;
-    r.enqueue(&["echo waiting for a machine"]).await?;
+    r.enqueue_script(&["echo waiting for a machine"]).await?;
     let list = r
         .autoscaler
         .wait_machines(
@@ -413,7 +291,10 @@ async fn command_mode_runs_another_runner_which_completes_jobs() -> Result<()> {
     .await?;
     let mut ids = Vec::new();
     for i in 0..3 {
-        ids.push(r.enqueue(&[&format!("echo crate runner job {i}")]).await?);
+        ids.push(
+            r.enqueue_script(&[&format!("echo crate runner job {i}")])
+                .await?,
+        );
     }
     for (i, id) in ids.into_iter().enumerate() {
         let trace = r.finish(id).await?;
@@ -448,7 +329,9 @@ async fn gitlab_runner_mode_writes_a_config_a_runner_can_use() -> Result<()> {
         &[],
     )
     .await?;
-    let id = r.enqueue(&["echo through gitlab-runner mode"]).await?;
+    let id = r
+        .enqueue_script(&["echo through gitlab-runner mode"])
+        .await?;
     ensure!(r.finish(id).await?.contains("through gitlab-runner mode"));
     // What the runner was given: an explicit URL (the autoscaler), its own token, not upstream's.
     let machine = &r.autoscaler.machines().await?[0];
@@ -476,7 +359,7 @@ async fn gitlab_runner_mode_writes_a_config_a_runner_can_use() -> Result<()> {
 }
 
 /// One idle machine, ready: what a pool with `idle_count = 1` keeps.
-async fn one_ready_machine(r: &Rig) -> Result<MachineRecord> {
+async fn one_ready_machine(r: &CountingRig) -> Result<MachineRecord> {
     let list = r
         .autoscaler
         .wait_machines(WITHIN, "an idle machine ready", |l| {
@@ -510,7 +393,7 @@ async fn machines_outlive_a_restart_and_their_sidecars_carry_on() -> Result<()> 
     );
 
     r.autoscaler.restart().await?;
-    let id = r.enqueue(&["echo on the kept machine"]).await?;
+    let id = r.enqueue_script(&["echo on the kept machine"]).await?;
     r.finish(id).await?;
     let (created, _, alive) = r.machine_counts()?;
     ensure!(

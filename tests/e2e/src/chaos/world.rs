@@ -10,6 +10,7 @@ use autoscaler::core::machine::MachineState;
 use fake_gitlab::control::{ArtifactSpec, JobSpec, JobStatus};
 
 use crate::LocalMachinesGuard;
+use crate::counting::MachineLog;
 use crate::stack::{Autoscaler, FakeGitLab, PoolSpec, repo_root};
 
 use super::Figures;
@@ -154,21 +155,8 @@ impl World {
 
     /// Machines created and still alive, from the provisioner's own log.
     fn machine_log(&self) -> Result<(usize, BTreeSet<String>)> {
-        let log = std::fs::read_to_string(&self.count_log)?;
-        let (mut created, mut alive) = (BTreeSet::new(), BTreeSet::new());
-        for line in log.lines() {
-            match line.split_once(' ') {
-                Some(("create", id)) => {
-                    created.insert(id.to_string());
-                    alive.insert(id.to_string());
-                }
-                Some(("destroy", id)) => {
-                    alive.remove(id);
-                }
-                _ => {}
-            }
-        }
-        Ok((created.len(), alive))
+        let log = MachineLog::read(&self.count_log)?;
+        Ok((log.created.len(), log.alive))
     }
 
     /// Machines made so far, and those the provider still has (by the counting log and by the
