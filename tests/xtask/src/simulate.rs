@@ -277,33 +277,103 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -
     Ok(())
 }
 
-/// Every combination of `grid` values for the `# sweep` lines of `text`, with a label.
+/// Every combination of `grid` values for the `# sweep` lines of `text`, with a label. A line
+/// marked `# sweep: a, b, c` takes its own values instead, labelled with its pool's name (a
+/// second pool swept beside the first); one marked `# sweep same` takes the value its key
+/// took on the last line swept before it (so a second pool follows the first's idle time
+/// without multiplying the grid).
 fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(String, String)> {
-    let mut out = vec![(String::new(), String::new())];
+    let mut out = vec![Variant::default()];
+    let mut pool = String::new();
     for line in text.lines() {
         let key = line.split('=').next().unwrap_or("").trim();
-        let values = if line.trim_end().ends_with("# sweep") {
-            grid(key)
-        } else {
-            &[]
+        if key == "name" {
+            pool = line
+                .split('=')
+                .nth(1)
+                .unwrap_or("")
+                .trim()
+                .trim_matches('"')
+                .to_owned();
+        }
+        let marker = line.split_once("# sweep").map(|(_, m)| m.trim());
+        let values: Vec<&str> = match marker {
+            Some("") => grid(key).to_vec(),
+            Some(m) if m.starts_with(':') => m[1..].split(',').map(str::trim).collect(),
+            _ => Vec::new(),
         };
-        if values.is_empty() {
-            for (_, t) in &mut out {
-                t.push_str(line);
-                t.push('\n');
+        if marker == Some("same") {
+            for v in &mut out {
+                let value = v.chosen.get(key).cloned().unwrap_or_default();
+                v.text.push_str(&format!("{key} = {value}\n"));
             }
             continue;
         }
+        if values.is_empty() {
+            for v in &mut out {
+                v.text.push_str(line);
+                v.text.push('\n');
+            }
+            continue;
+        }
+        let named = marker.is_some_and(|m| m.starts_with(':'));
+        let shown = if named {
+            format!("{pool}.{key}")
+        } else {
+            key.to_owned()
+        };
         out = out
             .into_iter()
-            .flat_map(|(label, t)| {
-                values
-                    .iter()
-                    .map(move |v| (format!("{label} {key}={v}"), format!("{t}{key} = {v}\n")))
+            .flat_map(|v| {
+                let shown = shown.clone();
+                values.clone().into_iter().map(move |value| {
+                    let mut v = v.clone();
+                    v.label = format!("{} {shown}={value}", v.label);
+                    v.text.push_str(&format!("{key} = {value}\n"));
+                    v.chosen.insert(key.to_owned(), value.to_owned());
+                    v
+                })
             })
             .collect();
     }
     out.into_iter()
-        .map(|(l, t)| (l.trim().to_string(), t))
+        .map(|v| (v.label.trim().to_string(), v.text))
         .collect()
+}
+
+/// A setting of the grid being built: its label, its policy text, and the value each swept
+/// key took last.
+#[derive(Clone, Default)]
+struct Variant {
+    label: String,
+    text: String,
+    chosen: std::collections::BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::variants;
+
+    fn grid(key: &str) -> &'static [&'static str] {
+        match key {
+            "idle_count" => &["0", "5"],
+            "idle_time" => &["\"1m\"", "\"2m\""],
+            _ => &[],
+        }
+    }
+
+    #[test]
+    fn a_second_pool_sweeps_its_own_list_and_follows_the_first_where_tied() {
+        let text = "name = \"small\"\nidle_count = 20 # sweep\nidle_time = \"20m\" # sweep\n\
+                    name = \"large\"\nidle_count = 3 # sweep: 0, 1\nidle_time = \"20m\" # sweep same\n";
+        let all = variants(text, grid);
+        assert_eq!(all.len(), 8);
+        let (label, policy) = &all[5];
+        assert_eq!(label, "idle_count=5 idle_time=\"1m\" large.idle_count=1");
+        assert_eq!(
+            policy,
+            "name = \"small\"\nidle_count = 5\nidle_time = \"1m\"\n\
+             name = \"large\"\nidle_count = 1\nidle_time = \"1m\"\n"
+        );
+    }
 }
