@@ -238,7 +238,7 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -
         // The fewest idle minutes among settings as fast as the demand-aware policy at p95,
         // and the fastest setting of all.
         let (mut matching, mut fastest): (Best, Best) = (None, None);
-        for (setting, variant) in variants(&text, grid) {
+        for (setting, variant) in variants(&text, grid)? {
             let file = scratch.join(format!("{name}.toml"));
             std::fs::write(&file, &variant)?;
             // A combination the configuration refuses (a scale_factor_limit below idle_count)
@@ -278,30 +278,21 @@ fn sweep(binary: &Path, dir: &Path, workloads: &[PathBuf], draws: Option<u64>) -
 }
 
 /// Every combination of `grid` values for the `# sweep` lines of `text`, with a label. A line
-/// marked `# sweep: a, b, c` takes its own values instead, labelled with its pool's name (a
-/// second pool swept beside the first); one marked `# sweep same` takes the value its key
-/// took on the last line swept before it (so a second pool follows the first's idle time
-/// without multiplying the grid).
-fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(String, String)> {
+/// marked `# sweep as NAME: a, b, c` takes its own values instead, labelled `NAME` (another
+/// pool's key, or the off-hours one beside the working hours'); one marked `# sweep same`
+/// takes the value its key took on the last line swept before it (a second pool follows the
+/// first's idle time without multiplying the grid).
+fn variants(
+    text: &str,
+    grid: fn(&str) -> &'static [&'static str],
+) -> Result<Vec<(String, String)>> {
     let mut out = vec![Variant::default()];
-    let mut pool = String::new();
     for line in text.lines() {
         let key = line.split('=').next().unwrap_or("").trim();
-        if key == "name" {
-            pool = line
-                .split('=')
-                .nth(1)
-                .unwrap_or("")
-                .trim()
-                .trim_matches('"')
-                .to_owned();
-        }
-        let marker = line.split_once("# sweep").map(|(_, m)| m.trim());
-        let values: Vec<&str> = match marker {
-            Some("") => grid(key).to_vec(),
-            Some(m) if m.starts_with(':') => m[1..].split(',').map(str::trim).collect(),
-            _ => Vec::new(),
-        };
+        let marker = line
+            .split_once("# sweep")
+            .filter(|_| !line.trim_start().starts_with('#'))
+            .map(|(_, m)| m.trim());
         if marker == Some("same") {
             for v in &mut out {
                 let value = v.chosen.get(key).cloned().unwrap_or_default();
@@ -309,6 +300,16 @@ fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(Strin
             }
             continue;
         }
+        let (shown, values): (&str, Vec<&str>) = match marker {
+            Some("") => (key, grid(key).to_vec()),
+            Some(m) => match m.strip_prefix("as ").and_then(|m| m.split_once(':')) {
+                Some((name, list)) => (name.trim(), list.split(',').map(str::trim).collect()),
+                None => bail!(
+                    "`# sweep{m}`: write `# sweep`, `# sweep same` or `# sweep as NAME: a, b`"
+                ),
+            },
+            None => (key, Vec::new()),
+        };
         if values.is_empty() {
             for v in &mut out {
                 v.text.push_str(line);
@@ -316,16 +317,9 @@ fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(Strin
             }
             continue;
         }
-        let named = marker.is_some_and(|m| m.starts_with(':'));
-        let shown = if named {
-            format!("{pool}.{key}")
-        } else {
-            key.to_owned()
-        };
         out = out
             .into_iter()
             .flat_map(|v| {
-                let shown = shown.clone();
                 values.clone().into_iter().map(move |value| {
                     let mut v = v.clone();
                     v.label = format!("{} {shown}={value}", v.label);
@@ -336,9 +330,10 @@ fn variants(text: &str, grid: fn(&str) -> &'static [&'static str]) -> Vec<(Strin
             })
             .collect();
     }
-    out.into_iter()
+    Ok(out
+        .into_iter()
         .map(|v| (v.label.trim().to_string(), v.text))
-        .collect()
+        .collect())
 }
 
 /// A setting of the grid being built: its label, its policy text, and the value each swept
@@ -365,8 +360,8 @@ mod tests {
     #[test]
     fn a_second_pool_sweeps_its_own_list_and_follows_the_first_where_tied() {
         let text = "name = \"small\"\nidle_count = 20 # sweep\nidle_time = \"20m\" # sweep\n\
-                    name = \"large\"\nidle_count = 3 # sweep: 0, 1\nidle_time = \"20m\" # sweep same\n";
-        let all = variants(text, grid);
+                    name = \"large\"\nidle_count = 3 # sweep as large.idle_count: 0, 1\nidle_time = \"20m\" # sweep same\n";
+        let all = variants(text, grid).unwrap();
         assert_eq!(all.len(), 8);
         let (label, policy) = &all[5];
         assert_eq!(label, "idle_count=5 idle_time=\"1m\" large.idle_count=1");
@@ -374,6 +369,16 @@ mod tests {
             policy,
             "name = \"small\"\nidle_count = 5\nidle_time = \"1m\"\n\
              name = \"large\"\nidle_count = 1\nidle_time = \"1m\"\n"
+        );
+    }
+
+    #[test]
+    fn a_sweep_marker_it_does_not_know_is_an_error_and_comments_are_text() {
+        assert!(variants("idle_count = 3 # sweep: 0, 1\n", grid).is_err());
+        let text = "# the `# sweep` lines vary\nidle_count = 3\n";
+        assert_eq!(
+            variants(text, grid).unwrap(),
+            [(String::new(), text.to_owned())]
         );
     }
 }

@@ -86,7 +86,7 @@ fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
             with_scaling(&demand, &warm),
         ));
     }
-    for (setting, text) in variants(&baseline, grid) {
+    for (setting, text) in variants(&baseline, grid)? {
         if scales_with_load(&setting) {
             // Taskscaler's documentation leaves open whether jobs waiting for a machine are
             // "in use": both readings run, and its frontier takes the better point of either.
