@@ -294,9 +294,12 @@ fn variants(
             .filter(|_| !line.trim_start().starts_with('#'))
             .map(|(_, m)| m.trim());
         if marker == Some("same") {
+            // A key no line before swept keeps the value written.
             for v in &mut out {
-                let value = v.chosen.get(key).cloned().unwrap_or_default();
-                v.text.push_str(&format!("{key} = {value}\n"));
+                match v.chosen.get(key) {
+                    Some(value) => v.text.push_str(&format!("{key} = {value}\n")),
+                    None => v.text.push_str(&format!("{line}\n")),
+                }
             }
             continue;
         }
@@ -375,6 +378,12 @@ mod tests {
     #[test]
     fn a_sweep_marker_it_does_not_know_is_an_error_and_comments_are_text() {
         assert!(variants("idle_count = 3 # sweep: 0, 1\n", grid).is_err());
+        let tied = "idle_time = \"10m\" # sweep same\n";
+        assert_eq!(
+            variants(tied, grid).unwrap(),
+            [(String::new(), tied.to_owned())],
+            "nothing swept before: the value written stays"
+        );
         let text = "# the `# sweep` lines vary\nidle_count = 3\n";
         assert_eq!(
             variants(text, grid).unwrap(),
