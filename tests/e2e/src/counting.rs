@@ -204,8 +204,7 @@ impl CountingRig {
 
     /// Machines the provisioner created, from its own log.
     pub fn created(&self) -> Result<usize> {
-        let log = std::fs::read_to_string(&self.count_log)?;
-        Ok(log.lines().filter(|l| l.starts_with("create ")).count())
+        Ok(MachineLog::read(&self.count_log)?.created.len())
     }
 
     /// (machines created in all, most that existed at once, existing now), from the
