@@ -21,6 +21,8 @@ pub use sources::{SOURCE_LABEL, SourceSpec};
 #[cfg(test)]
 mod controller_tests;
 #[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
 mod pipeline_tests;
 #[cfg(test)]
 mod power_tests;

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
+use autoscaler::core::machine::MachineState;
+use autoscaler::store::MachineRecord;
 use fake_gitlab::control::{JobSpec, JobStatus};
 use tempfile::TempDir;
 
@@ -154,6 +156,19 @@ impl MachineLog {
 }
 
 impl CountingRig {
+    /// One idle machine, ready: what a pool with `idle_count = 1` keeps.
+    pub async fn one_ready_machine(&self) -> Result<MachineRecord> {
+        let list = self
+            .autoscaler
+            .wait_machines(WITHIN, "an idle machine ready", |l| {
+                l.iter().any(|m| m.state == MachineState::Ready)
+            })
+            .await?;
+        list.into_iter()
+            .find(|m| m.state == MachineState::Ready)
+            .context("no ready machine")
+    }
+
     pub async fn enqueue(&self, spec: JobSpec) -> Result<u64> {
         Ok(self.gitlab.control.enqueue(&spec).await?.id)
     }
@@ -257,4 +272,9 @@ impl CountingRig {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Whether every machine of a non-empty list is gone.
+pub fn all_gone(list: &[MachineRecord]) -> bool {
+    !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
 }

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use autoscaler::core::machine::MachineState;
-use autoscaler::store::MachineRecord;
-use e2e::counting::{self, CountingRig, WITHIN};
+use e2e::counting::{self, CountingRig, WITHIN, all_gone};
 use e2e::process::binary;
 use e2e::stack::repo_root;
 
@@ -25,10 +24,6 @@ async fn rig_on(
     extra_env: &[(&str, &str)],
 ) -> Result<CountingRig> {
     counting::rig_with_sidecar(gitlab_args, (scaling, "", sidecar), extra_env, None).await
-}
-
-fn all_gone(list: &[MachineRecord]) -> bool {
-    !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
 }
 
 /// Printed by a job: its builds directory, which is its sidecar's own (jobs run as a job user
@@ -358,19 +353,6 @@ async fn gitlab_runner_mode_writes_a_config_a_runner_can_use() -> Result<()> {
     Ok(())
 }
 
-/// One idle machine, ready: what a pool with `idle_count = 1` keeps.
-async fn one_ready_machine(r: &CountingRig) -> Result<MachineRecord> {
-    let list = r
-        .autoscaler
-        .wait_machines(WITHIN, "an idle machine ready", |l| {
-            l.iter().any(|m| m.state == MachineState::Ready)
-        })
-        .await?;
-    list.into_iter()
-        .find(|m| m.state == MachineState::Ready)
-        .context("no ready machine")
-}
-
 /// A shutdown waits for the requests in flight to GitLab (a dropped one could strand a job GitLab
 /// already assigned), so these tests hold GitLab's long polls for 5 s instead of 50 s.
 const SHORT_LONG_POLL: &[&str] = &["--long-poll", "5s"];
@@ -384,7 +366,7 @@ async fn machines_outlive_a_restart_and_their_sidecars_carry_on() -> Result<()> 
         &[],
     )
     .await?;
-    let before = one_ready_machine(&r).await?;
+    let before = r.one_ready_machine().await?;
     let status = r.autoscaler.proc.stop(WITHIN).await?;
     ensure!(status.success(), "{status}");
     ensure!(
@@ -400,7 +382,7 @@ async fn machines_outlive_a_restart_and_their_sidecars_carry_on() -> Result<()> 
         created == 1 && alive == 1,
         "the job ran on the kept machine: {created} created, {alive} alive"
     );
-    let after = one_ready_machine(&r).await?;
+    let after = r.one_ready_machine().await?;
     ensure!(after.id == before.id, "{} became {}", before.id, after.id);
     Ok(())
 }

@@ -1,8 +1,7 @@
 //! What an operator sees while a stack runs: the Prometheus metrics on the admin listener.
 
 use anyhow::{Result, ensure};
-use autoscaler::core::machine::MachineState;
-use e2e::counting::{WITHIN, rig};
+use e2e::counting::{WITHIN, all_gone, rig};
 use e2e::scrape::{Scrape, wait_for};
 use fake_gitlab::control::JobStatus;
 
@@ -119,9 +118,7 @@ async fn metrics_follow_machines_jobs_and_scaling_reasons_as_a_stack_runs() -> R
 
     // Idle past idle_time, the machines go, and the metrics say why.
     r.autoscaler
-        .wait_machines(WITHIN, "every machine gone", |list| {
-            !list.is_empty() && list.iter().all(|m| m.state == MachineState::Gone)
-        })
+        .wait_machines(WITHIN, "every machine gone", all_gone)
         .await?;
     let after = wait_for(admin, WITHIN, "the machines' deletion is counted", |s| {
         s.sum("autoscaler_machine_lifetime_seconds_count", &[POOL]) >= machines_made
