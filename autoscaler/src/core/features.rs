@@ -30,42 +30,99 @@ const BUILTIN: &[&str] = &[
     "two_phase_job_commit",
 ];
 
-/// What a current stock `gitlab-runner` (19.x) reports with a shell executor: the network
-/// layer's features, and those its shells add (runner-protocol.md §3.1).
-const STOCK_SHELL: &[&str] = &[
-    "variables",
+/// What stock `gitlab-runner` reports whatever its executor: its network layer's features
+/// (`network/gitlab.go`, v19.3.0) and those of its shells (`shells/abstract.go`).
+const STOCK_COMMON: &[&str] = &[
+    "trace_reset",
+    "trace_checksum",
+    "trace_size",
+    "cancelable",
+    "cancel_gracefully",
+    "two_phase_job_commit",
+    "job_inputs",
     "artifacts",
-    "cache",
-    "fallback_cache_keys",
-    "shared",
     "upload_multiple_artifacts",
     "upload_raw_artifacts",
-    "session",
-    "terminal",
+    "cache",
+    "fallback_cache_keys",
     "refspecs",
     "masking",
     "raw_variables",
     "artifacts_exclude",
     "multi_build_steps",
-    "trace_reset",
-    "trace_checksum",
-    "trace_size",
     "vault_secrets",
-    "cancelable",
     "return_exit_code",
-    "cancel_gracefully",
-    "two_phase_job_commit",
-    "job_inputs",
 ];
 
-/// What the container executors (`docker`, `docker-autoscaler`, `kubernetes`, ...) add.
-const STOCK_CONTAINER: &[&str] = &[
+/// What each executor of stock `gitlab-runner` v19.3.0 adds, from its features updater
+/// (`executors/<name>/...`, cited in runner-protocol.md §3.1). `docker+machine` and
+/// `docker-autoscaler` run the `docker` executor's updater; `docker-windows` turns native
+/// steps off again.
+const STOCK_EXECUTORS: &[(&str, &[&str])] = &[
+    (
+        "shell",
+        &[
+            "variables",
+            "shared",
+            "session",
+            "terminal",
+            "native_steps_integration",
+        ],
+    ),
+    ("ssh", &["variables", "shared"]),
+    (
+        "instance",
+        &["variables", "shared", "native_steps_integration"],
+    ),
+    ("custom", &["variables", "shared", "service_variables"]),
+    ("virtualbox", &["variables"]),
+    ("parallels", &["variables"]),
+    ("docker", DOCKER),
+    ("docker+machine", DOCKER),
+    ("docker-autoscaler", DOCKER),
+    (
+        "docker-windows",
+        &[
+            "image",
+            "image_executor_opts",
+            "service_executor_opts",
+            "service_multiple_aliases",
+            "service_variables",
+            "services",
+            "session",
+            "terminal",
+            "variables",
+        ],
+    ),
+    (
+        "kubernetes",
+        &[
+            "image",
+            "image_executor_opts",
+            "proxy",
+            "service_multiple_aliases",
+            "service_variables",
+            "services",
+            "session",
+            "terminal",
+            "variables",
+            "native_steps_integration",
+        ],
+    ),
+];
+
+/// `executors/docker/docker_command.go` `dockerFeaturesUpdater`.
+const DOCKER: &[&str] = &[
     "image",
-    "services",
-    "service_variables",
-    "service_multiple_aliases",
     "image_executor_opts",
+    "native_steps_integration",
     "service_executor_opts",
+    "service_multiple_aliases",
+    "service_variables",
+    "services",
+    "session",
+    "terminal",
+    "variables",
 ];
 
 /// The runner a pool is configured to start, as far as its features go.
@@ -85,10 +142,21 @@ pub enum ConfiguredRunner<'a> {
 pub fn configured_features(runner: ConfiguredRunner<'_>) -> Map<String, Value> {
     let names: Vec<&str> = match runner {
         ConfiguredRunner::Builtin => BUILTIN.to_vec(),
-        ConfiguredRunner::Stock { executor } if executor == "shell" || executor == "ssh" => {
-            STOCK_SHELL.to_vec()
+        ConfiguredRunner::Stock { executor } => {
+            let known = STOCK_EXECUTORS.iter().find(|(name, _)| *name == executor);
+            // An executor this list does not know: every feature any of them adds, so that
+            // GitLab drops no job it might run (its own report replaces this at its first poll).
+            let added = known.map_or_else(
+                || {
+                    STOCK_EXECUTORS
+                        .iter()
+                        .flat_map(|(_, f)| f.iter().copied())
+                        .collect()
+                },
+                |(_, features)| features.to_vec(),
+            );
+            [STOCK_COMMON.to_vec(), added].concat()
         }
-        ConfiguredRunner::Stock { .. } => [STOCK_SHELL, STOCK_CONTAINER].concat(),
     };
     names
         .into_iter()
@@ -161,6 +229,73 @@ mod tests {
         }
         let docker = configured_features(ConfiguredRunner::Stock { executor: "docker" });
         assert_eq!(docker.get("image"), Some(&Value::Bool(true)));
+    }
+
+    fn names(features: &Map<String, Value>) -> Vec<&str> {
+        let mut names: Vec<&str> = features.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The keys a v19.3.0 runner with the shell executor on Linux sends `true`: its network
+    /// layer's, its shells' and the shell executor's (native steps since v19.3.0).
+    #[test]
+    fn a_shell_pool_advertises_what_a_stock_shell_runner_sends() {
+        let shell = configured_features(ConfiguredRunner::Stock { executor: "shell" });
+        let mut expected = vec![
+            "artifacts",
+            "artifacts_exclude",
+            "cache",
+            "cancel_gracefully",
+            "cancelable",
+            "fallback_cache_keys",
+            "job_inputs",
+            "masking",
+            "multi_build_steps",
+            "native_steps_integration",
+            "raw_variables",
+            "refspecs",
+            "return_exit_code",
+            "session",
+            "shared",
+            "terminal",
+            "trace_checksum",
+            "trace_reset",
+            "trace_size",
+            "two_phase_job_commit",
+            "upload_multiple_artifacts",
+            "upload_raw_artifacts",
+            "variables",
+            "vault_secrets",
+        ];
+        expected.sort_unstable();
+        assert_eq!(names(&shell), expected);
+    }
+
+    #[test]
+    fn each_executor_adds_its_own_and_an_unknown_one_gets_them_all() {
+        let docker = configured_features(ConfiguredRunner::Stock { executor: "docker" });
+        assert!(
+            !docker.contains_key("shared"),
+            "docker's updater sets no `shared`"
+        );
+        assert!(docker.contains_key("services"));
+        let autoscaled = configured_features(ConfiguredRunner::Stock {
+            executor: "docker-autoscaler",
+        });
+        assert_eq!(names(&autoscaled), names(&docker));
+        let windows = configured_features(ConfiguredRunner::Stock {
+            executor: "docker-windows",
+        });
+        assert!(!windows.contains_key("native_steps_integration"));
+        let ssh = configured_features(ConfiguredRunner::Stock { executor: "ssh" });
+        assert!(!ssh.contains_key("session") && ssh.contains_key("shared"));
+        let unknown = configured_features(ConfiguredRunner::Stock {
+            executor: "someday",
+        });
+        for key in ["proxy", "services", "shared", "native_steps_integration"] {
+            assert!(unknown.contains_key(key), "{key}");
+        }
     }
 
     fn map(v: Value) -> Map<String, Value> {
