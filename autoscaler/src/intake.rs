@@ -346,10 +346,14 @@ fn configured_info(sidecar: Option<&config::SidecarMode>) -> serde_json::Value {
             ConfiguredRunner::Stock { executor: "shell" }
         }
     };
+    let executor = match runner {
+        ConfiguredRunner::Stock { executor } => executor,
+        ConfiguredRunner::Builtin => "shell",
+    };
     serde_json::json!({
         "name": "gitlab-runner-autoscaler",
         "version": env!("CARGO_PKG_VERSION"),
-        "executor": "shell",
+        "executor": executor,
         "features": configured_features(runner),
     })
 }

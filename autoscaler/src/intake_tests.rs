@@ -86,3 +86,17 @@ fn on_demand_takes_as_many_jobs_as_the_pool_can_run_and_preemptive_none_unasked(
     assert_eq!(i.want(), 9);
     assert_eq!(intake(Mode::Preemptive).want(), 0, "no sidecar waits");
 }
+
+#[test]
+fn before_any_sidecar_polls_a_pool_presents_its_configured_runners_executor() {
+    let docker = config::SidecarMode::GitlabRunner {
+        executor: "docker".into(),
+        extra_config: String::new(),
+    };
+    let info = configured_info(Some(&docker));
+    assert_eq!(info["executor"], "docker");
+    assert_eq!(info["features"]["services"], true);
+    let builtin = configured_info(Some(&config::SidecarMode::Builtin));
+    assert_eq!(builtin["executor"], "shell");
+    assert_eq!(configured_info(None)["executor"], "shell");
+}
