@@ -1,10 +1,14 @@
 //! The few facts the autoscaler reads from a job payload. The payload itself is handed to the
-//! sidecar byte for byte; this parse only feeds routing and the token checks of relayed calls.
+//! sidecar byte for byte, less one member no machine here can honour ([`without_suspend_options`]);
+//! this parse only feeds routing and the token checks of relayed calls.
 
 use serde::Deserialize;
 
 use super::JobId;
 use super::pipelines::PipelinePlace;
+
+mod suspend;
+pub use suspend::{SUSPEND_OPTIONS, without_suspend_options};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobFacts {

@@ -16,9 +16,15 @@ impl Jobs {
     /// (hands it out, acknowledges it) first awaits [`Jobs::durable`], so that one flush covers
     /// the acceptance and the hand-out.
     pub fn accept(&self, pool: &str, payload: &[u8]) -> Result<Accepted, JobsError> {
+        let kept_payload = payload::without_suspend_options(payload);
+        let suspend_removed = matches!(kept_payload, std::borrow::Cow::Owned(_));
+        let payload = &*kept_payload;
         let facts = payload::parse(payload)?;
         if self.lock().contains_key(&facts.id) {
             return Ok(Accepted::Again(facts.id));
+        }
+        if suspend_removed {
+            tracing::info!(job.id = %facts.id, pool, "the job asked for its environment to be suspended; machines here are destroyed when idle, so it runs without (suspend_options removed)");
         }
         let mut record = JobRecord {
             id: facts.id,

@@ -43,6 +43,17 @@ async fn accept_stores_payload_byte_for_byte_and_is_idempotent() {
     assert!(jobs.accept("default", b"{}").is_err());
 }
 
+/// A stock runner would keep a suspended environment on a machine the autoscaler destroys when
+/// idle: the member is gone from what is stored and handed out, the rest as GitLab sent it.
+#[tokio::test]
+async fn accept_keeps_no_suspend_options() {
+    let (jobs, store, _) = table();
+    let p = br#"{"id":6,"token":"glcbt-6","suspend_options":{"suspend_on_success":true},"job_info":{"project_id":3}}"#;
+    assert_eq!(jobs.accept("default", p).unwrap(), Accepted::New(JobId(6)));
+    let kept = br#"{"id":6,"token":"glcbt-6","job_info":{"project_id":3}}"#;
+    assert_eq!(store.payload(JobId(6)).unwrap().unwrap(), &kept[..]);
+}
+
 #[tokio::test]
 async fn phases_are_persisted() {
     let (jobs, store, _) = table();
