@@ -31,9 +31,16 @@ pub enum JobPhase {
         sidecar: Option<SidecarId>,
         since: Millis,
     },
-    /// Its machine was lost while it ran, or no machine took it in time: GitLab must be told it
-    /// failed (`runner_system_failure`, which CI `retry:` can rerun).
-    Failing { reason: String, since: Millis },
+    /// Its machine was lost while it ran (`interrupted`), or no machine took it in time: GitLab
+    /// must be told it failed (`runner_system_failure`, which CI `retry:` can rerun, or
+    /// `runner_interrupted` for an interrupted job whose payload lists that reason, as a stock
+    /// runner reports a machine reclaimed under it).
+    Failing {
+        reason: String,
+        since: Millis,
+        #[serde(default)]
+        interrupted: bool,
+    },
     /// GitLab has the job's final state, or told us the job is over.
     Finished { at: Millis },
 }
@@ -97,10 +104,15 @@ pub fn transition(
         (P::Queued | P::Assigned { .. } | P::Running { .. }, E::Ended) => P::Finished { at: now },
         (P::Finished { .. }, E::Accepted | E::Ended) => phase.clone(),
         (P::Assigned { .. }, E::Lost { .. }) => P::Queued,
-        (P::Running { .. }, E::Lost { reason })
-        | (P::Queued | P::Assigned { .. }, E::Abandon { reason }) => P::Failing {
+        (P::Running { .. }, E::Lost { reason }) => P::Failing {
             reason: reason.clone(),
             since: now,
+            interrupted: true,
+        },
+        (P::Queued | P::Assigned { .. }, E::Abandon { reason }) => P::Failing {
+            reason: reason.clone(),
+            since: now,
+            interrupted: false,
         },
         (P::Failing { .. }, E::Ended) => P::Finished { at: now },
         // Nothing held by a sidecar to lose, or nothing left to give up; late calls change nothing.
@@ -221,6 +233,7 @@ mod tests {
                 Some(P::Failing {
                     reason: "x".into(),
                     since: 100,
+                    interrupted: true,
                 }),
             ),
             (
@@ -229,12 +242,14 @@ mod tests {
                 Some(P::Failing {
                     reason: "y".into(),
                     since: 100,
+                    interrupted: false,
                 }),
             ),
             (
                 P::Failing {
                     reason: "x".into(),
                     since: 1,
+                    interrupted: true,
                 },
                 E::Ended,
                 Some(P::Finished { at: 100 }),
@@ -243,17 +258,20 @@ mod tests {
                 P::Failing {
                     reason: "x".into(),
                     since: 1,
+                    interrupted: true,
                 },
                 E::Accepted,
                 Some(P::Failing {
                     reason: "x".into(),
                     since: 1,
+                    interrupted: true,
                 }),
             ),
             (
                 P::Failing {
                     reason: "x".into(),
                     since: 1,
+                    interrupted: true,
                 },
                 E::HandedOut { sidecar: S },
                 None,

@@ -26,6 +26,9 @@ pub struct JobFacts {
     /// Its pipeline, stage and name, for the pipeline forecast (`core::pipelines`): absent
     /// when the payload does not say all three.
     pub place: Option<PipelinePlace>,
+    /// Whether `features.failure_reasons` lists `runner_interrupted` (GitLab turns a reason it
+    /// does not list for the job into `unknown_failure`).
+    pub runner_interrupted_listed: bool,
 }
 
 #[derive(Deserialize)]
@@ -38,6 +41,16 @@ struct Payload {
     dependencies: Option<Vec<Dependency>>,
     #[serde(default)]
     variables: Option<Vec<Variable>>,
+    #[serde(default)]
+    features: Option<JobFeatures>,
+}
+
+/// The payload's `features`: of them, the failure reasons GitLab takes for this job
+/// (runner-protocol.md §9).
+#[derive(Deserialize)]
+struct JobFeatures {
+    #[serde(default)]
+    failure_reasons: Option<Vec<String>>,
 }
 
 /// GitLab's `job_info` (the runner reads the same fields: `common/spec/spec.go`, `JobInfo`, in
@@ -88,7 +101,13 @@ pub fn parse(payload: &[u8]) -> Result<JobFacts, PayloadError> {
         return Err(PayloadError("empty job token".into()));
     }
     let place = place(&p);
+    let runner_interrupted_listed = p
+        .features
+        .as_ref()
+        .and_then(|f| f.failure_reasons.as_ref())
+        .is_some_and(|reasons| reasons.iter().any(|r| r == "runner_interrupted"));
     Ok(JobFacts {
+        runner_interrupted_listed,
         id: JobId(p.id),
         token: p.token,
         place,

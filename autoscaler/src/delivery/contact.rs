@@ -159,7 +159,9 @@ impl Delivery {
     }
 
     /// Tells GitLab that a job it gave us failed (`runner_system_failure`, which CI `retry:`
-    /// can rerun), after what it is owed first, with a last line in its log saying why.
+    /// can rerun, or `runner_interrupted` for a job whose machine was lost under it where the
+    /// payload lists that reason, as a stock runner reports an interrupted job), after what it
+    /// is owed first, with a last line in its log saying why.
     ///
     /// Only GitLab's `200` counts as delivered; `202` is asked again later. `403`/`404`: GitLab
     /// has ended the job already. `400`/`409`: GitLab's state of the job takes no final update
@@ -170,15 +172,16 @@ impl Delivery {
         record: &JobRecord,
         reason: &str,
     ) -> Result<(), DeliveryError> {
+        let failure = failure_reason(record);
         if let Some(offset) = self.jobs.trace_length(record.id) {
-            let note = format!("\nERROR: {reason}. The job failed with runner_system_failure.\n");
+            let note = format!("\nERROR: {reason}. The job failed with {failure}.\n");
             self.append_note(record, offset, &note).await;
         }
-        let extra = json!({ "failure_reason": "runner_system_failure" });
+        let extra = json!({ "failure_reason": failure });
         let status = self.put_state(record, "failed", extra).await?;
         match status {
             200 => {
-                tracing::warn!(job.id = %record.id, %reason, "job failed at GitLab: runner_system_failure")
+                tracing::warn!(job.id = %record.id, %reason, failure, "job failed at GitLab")
             }
             403 | 404 => {
                 tracing::info!(job.id = %record.id, status, %reason, "GitLab had ended the job already")
@@ -190,5 +193,24 @@ impl Delivery {
         }
         self.jobs.apply(record.id, JobEvent::Ended)?;
         Ok(())
+    }
+}
+
+/// The failure reason GitLab is given for a job failed here: `runner_interrupted` for one whose
+/// machine was lost while it ran, where its payload lists that reason (gitlab-runner sends it
+/// since v19.1 for a job it aborts when stopped forcefully, a reclaimed machine among the
+/// causes); `runner_system_failure` otherwise, and for any job on an older GitLab.
+fn failure_reason(record: &JobRecord) -> &'static str {
+    let interrupted = matches!(
+        record.phase,
+        JobPhase::Failing {
+            interrupted: true,
+            ..
+        }
+    );
+    if interrupted && record.runner_interrupted_listed {
+        "runner_interrupted"
+    } else {
+        "runner_system_failure"
     }
 }

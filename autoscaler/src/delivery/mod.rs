@@ -7,7 +7,8 @@
 //! - the job's **acknowledgement** (`PUT state=running`) when a sidecar accepted it but GitLab
 //!   did not hear it;
 //! - **artifact uploads** taken while GitLab was failing, spooled to disk (`spool.rs`);
-//! - the **failure** (`runner_system_failure`) of a job whose machine was lost.
+//! - the **failure** of a job whose machine was lost (`runner_interrupted`, or
+//!   `runner_system_failure` where GitLab does not list that reason), or that no machine took.
 //!
 //! Calls for one job are serialized (the relay and the maintenance loop both deliver) and kept in
 //! order: acknowledgement first, uploads before any final state.

@@ -79,3 +79,42 @@ async fn a_running_job_gitlab_still_runs_is_confirmed_and_left_alone() {
     delivery.deliver_owed(1_000_000).await;
     assert_eq!(upstream.calls().len(), 1);
 }
+
+/// The reason a job whose machine was lost while it ran is failed with, given the failure
+/// reasons its payload lists.
+async fn reason_for_a_lost_job(failure_reasons: &[&str]) -> String {
+    let store = Arc::new(MemoryStore::new());
+    let jobs = Arc::new(Jobs::load(store, Arc::new(ManualClock::new(10_000))).unwrap());
+    let payload = serde_json::json!({"id": 7, "token": "job-token-7",
+        "features": {"failure_reasons": failure_reasons}});
+    jobs.accept("default", payload.to_string().as_bytes())
+        .unwrap();
+    jobs.start_running(JobId(7), SidecarId(1));
+    jobs.lose_sidecar(SidecarId(1), "reclaimed").unwrap();
+    let upstream = Arc::new(FakeUpstream::default());
+    for _ in 0..3 {
+        upstream.answer(Ok(Scripted::new(200)));
+    }
+    delivery(&upstream, &jobs).deliver_owed(1_000_000).await;
+    let calls = upstream.calls();
+    let put = calls
+        .iter()
+        .find(|c| c.path == "/api/v4/jobs/7")
+        .expect("the final update");
+    let sent: serde_json::Value = serde_json::from_slice(&put.body).unwrap();
+    assert_eq!(sent["state"], "failed");
+    sent["failure_reason"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_job_lost_with_its_machine_is_runner_interrupted_where_gitlab_lists_it() {
+    let listed = [
+        "script_failure",
+        "runner_system_failure",
+        "runner_interrupted",
+    ];
+    assert_eq!(reason_for_a_lost_job(&listed).await, "runner_interrupted");
+    // An older GitLab would store an unlisted reason as unknown_failure.
+    let older = ["script_failure", "runner_system_failure"];
+    assert_eq!(reason_for_a_lost_job(&older).await, "runner_system_failure");
+}

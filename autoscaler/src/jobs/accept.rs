@@ -46,6 +46,7 @@ impl Jobs {
             phase: JobPhase::Queued,
             accepted_at: self.clock.now(),
             queued_at_gitlab_ms: facts.queued_at_gitlab_ms,
+            runner_interrupted_listed: facts.runner_interrupted_listed,
             acknowledged: false,
             held: false,
             artifact_refusal: None,
@@ -65,6 +66,7 @@ impl Jobs {
                 record.phase = JobPhase::Failing {
                     reason: why,
                     since: record.accepted_at,
+                    interrupted: false,
                 };
                 true
             }
@@ -84,6 +86,7 @@ impl Jobs {
             record.phase = JobPhase::Failing {
                 reason: unstored_reason(&e),
                 since: record.accepted_at,
+                interrupted: false,
             };
         }
         let id = record.id;

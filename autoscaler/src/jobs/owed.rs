@@ -127,7 +127,7 @@ impl Jobs {
                 JobPhase::Queued => requeued.push(id),
                 JobPhase::Failing { .. } => {
                     tracing::warn!(job.id = %id, sidecar.id = %sidecar, %reason, from = before.name(),
-                        "the job's machine was lost while it ran; failing it at GitLab (runner_system_failure)");
+                        "the job's machine was lost while it ran; failing it at GitLab");
                 }
                 _ => {}
             }

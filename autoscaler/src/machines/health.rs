@@ -7,8 +7,8 @@
 //! longer says running); a machine so lost that the provider's `status` reports gone has
 //! vanished at the provider rather than failed. Silence alone is not enough: a runner backing off while GitLab is down is quiet
 //! but alive. The jobs a lost machine had been handed but not accepted go to another machine;
-//! the jobs it ran are failed at GitLab with `runner_system_failure`, so that CI `retry:` can
-//! rerun them.
+//! the jobs it ran are failed at GitLab with `runner_interrupted` (`runner_system_failure`
+//! where GitLab does not list that reason), so that CI `retry:` can rerun them.
 
 use std::sync::Arc;
 use std::time::Duration;

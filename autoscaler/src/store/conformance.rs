@@ -21,6 +21,7 @@ fn job(id: u64) -> JobRecord {
         phase: JobPhase::Queued,
         accepted_at: 1_000,
         queued_at_gitlab_ms: None,
+        runner_interrupted_listed: false,
         acknowledged: false,
         held: false,
         artifact_refusal: None,

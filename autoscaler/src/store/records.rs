@@ -39,6 +39,10 @@ pub struct JobRecord {
     /// (`job_info.time_in_queue_seconds`), when GitLab said.
     #[serde(default)]
     pub queued_at_gitlab_ms: Option<u64>,
+    /// Whether the payload's `features.failure_reasons` lists `runner_interrupted`: the reason
+    /// a job interrupted by the loss of its machine is failed with, where GitLab takes it.
+    #[serde(default)]
+    pub runner_interrupted_listed: bool,
     /// GitLab confirmed an acceptance (`PUT state=running` answered `200`), the sidecar's or
     /// ours. Until then the autoscaler owes GitLab one.
     #[serde(default)]

@@ -300,7 +300,7 @@ pub async fn machines_killed(jobs: usize) -> Result<Figures> {
         "detected within     {:.1} s",
         detection.as_secs_f64()
     ));
-    f.notes.push(format!("failed (expected)   {system_failures} running jobs failed with runner_system_failure; the rest ran elsewhere"));
+    f.notes.push(format!("failed (expected)   {system_failures} running jobs failed as interrupted; the rest ran elsewhere"));
     Ok(f)
 }
 

@@ -1,7 +1,8 @@
 //! A spot reclaim: the provider reports that it takes a machine back (the provisioner
 //! protocol's `interruption` field). The job running on it fails at once with
-//! `runner_system_failure` (which CI `retry:` can rerun) instead of after the sidecar's
-//! silence timeout, and the pool goes on serving jobs on other machines.
+//! `runner_interrupted` (listed in the fake GitLab's payloads, as in current GitLab's; CI
+//! `retry:` can rerun it) instead of after the sidecar's silence timeout, and the pool goes on
+//! serving jobs on other machines.
 
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,7 @@ async fn a_reclaimed_machine_fails_its_running_job_within_seconds_and_the_pool_g
     let trace = r.trace(long).await?;
     ensure!(
         view.status == JobStatus::Failed
-            && view.failure_reason.as_deref() == Some("runner_system_failure"),
+            && view.failure_reason.as_deref() == Some("runner_interrupted"),
         "{view:?}\n{trace}"
     );
     ensure!(

@@ -29,6 +29,7 @@ fn record(id: u64) -> JobRecord {
         phase: JobPhase::Queued,
         accepted_at: 0,
         queued_at_gitlab_ms: None,
+        runner_interrupted_listed: false,
         acknowledged: false,
         held: false,
         spooled: Vec::new(),

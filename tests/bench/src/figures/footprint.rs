@@ -218,6 +218,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             },
             accepted_at: now,
             queued_at_gitlab_ms: None,
+            runner_interrupted_listed: false,
             acknowledged: true,
             held: false,
             spooled: Vec::new(),
