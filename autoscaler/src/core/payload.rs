@@ -8,7 +8,7 @@ use super::JobId;
 use super::pipelines::PipelinePlace;
 
 mod suspend;
-pub use suspend::{SUSPEND_OPTIONS, without_suspend_options};
+pub use suspend::without_suspend_options;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobFacts {

@@ -3,7 +3,7 @@
 //! With `suspend_options` (gitlab-runner v19.0 and later, behind its feature flag
 //! `FF_SUSPENDABLE_ENVIRONMENTS`), a stock runner keeps a finished job's environment on its
 //! machine to resume it later, and a resumed job is accepted only by the runner manager that
-//! suspended it (runner-protocol.md §3.2). A machine here is the autoscaler's to destroy once
+//! suspended it (runner-protocol.md §3.4). A machine here is the autoscaler's to destroy once
 //! idle, and each machine's runner has its own identity, so a suspended environment would be
 //! lost and its resumption refused; with the shell executor a requested suspend even turns a
 //! successful job into `runner_system_failure`. The autoscaler therefore removes the member and
@@ -17,13 +17,17 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// The member removed.
-pub const SUSPEND_OPTIONS: &str = "suspend_options";
+const SUSPEND_OPTIONS: &str = "suspend_options";
 
 /// `payload` without its top-level `suspend_options` member (borrowed as it is when it has
 /// none, or when it is not a JSON object: the parse that follows reports that).
 pub fn without_suspend_options(payload: &[u8]) -> Cow<'_, [u8]> {
-    let needle = b"\"suspend_options\"";
-    if !payload.windows(needle.len()).any(|w| w == needle) {
+    // Quoted, as a member's name is: most payloads are passed on without a parse.
+    let needle = format!("\"{SUSPEND_OPTIONS}\"");
+    if !payload
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+    {
         return Cow::Borrowed(payload);
     }
     let Ok(Members(members)) = serde_json::from_slice::<Members<'_>>(payload) else {
