@@ -56,8 +56,8 @@ const STOCK_COMMON: &[&str] = &[
 
 /// What each executor of stock `gitlab-runner` v19.3.0 adds, from its features updater
 /// (`executors/<name>/...`, cited in runner-protocol.md §3.1). `docker+machine` and
-/// `docker-autoscaler` run the `docker` executor's updater; `docker-windows` turns native
-/// steps off again.
+/// `docker-autoscaler` run the `docker` executor's updater; `docker-windows` is
+/// [`added_by`]'s.
 const STOCK_EXECUTORS: &[(&str, &[&str])] = &[
     (
         "shell",
@@ -80,20 +80,6 @@ const STOCK_EXECUTORS: &[(&str, &[&str])] = &[
     ("docker", DOCKER),
     ("docker+machine", DOCKER),
     ("docker-autoscaler", DOCKER),
-    (
-        "docker-windows",
-        &[
-            "image",
-            "image_executor_opts",
-            "service_executor_opts",
-            "service_multiple_aliases",
-            "service_variables",
-            "services",
-            "session",
-            "terminal",
-            "variables",
-        ],
-    ),
     (
         "kubernetes",
         &[
@@ -143,18 +129,14 @@ pub fn configured_features(runner: ConfiguredRunner<'_>) -> Map<String, Value> {
     let names: Vec<&str> = match runner {
         ConfiguredRunner::Builtin => BUILTIN.to_vec(),
         ConfiguredRunner::Stock { executor } => {
-            let known = STOCK_EXECUTORS.iter().find(|(name, _)| *name == executor);
             // An executor this list does not know: every feature any of them adds, so that
             // GitLab drops no job it might run (its own report replaces this at its first poll).
-            let added = known.map_or_else(
-                || {
-                    STOCK_EXECUTORS
-                        .iter()
-                        .flat_map(|(_, f)| f.iter().copied())
-                        .collect()
-                },
-                |(_, features)| features.to_vec(),
-            );
+            let added = added_by(executor).unwrap_or_else(|| {
+                STOCK_EXECUTORS
+                    .iter()
+                    .flat_map(|(_, f)| f.iter().copied())
+                    .collect()
+            });
             [STOCK_COMMON.to_vec(), added].concat()
         }
     };
@@ -162,6 +144,26 @@ pub fn configured_features(runner: ConfiguredRunner<'_>) -> Map<String, Value> {
         .into_iter()
         .map(|name| (name.to_string(), Value::Bool(true)))
         .collect()
+}
+
+/// What stock `gitlab-runner` with `executor` adds to [`STOCK_COMMON`]; `None` for an executor
+/// it does not have.
+fn added_by(executor: &str) -> Option<Vec<&'static str>> {
+    if executor == "docker-windows" {
+        // Its Windows provider runs docker's updater, then turns native steps off again
+        // (`executors/docker/docker_command.go:482-485`).
+        return Some(
+            DOCKER
+                .iter()
+                .copied()
+                .filter(|&f| f != "native_steps_integration")
+                .collect(),
+        );
+    }
+    STOCK_EXECUTORS
+        .iter()
+        .find(|(name, _)| *name == executor)
+        .map(|(_, features)| features.to_vec())
 }
 
 /// The features present and `true` in every one of `sidecars`, as a complete map over every key
