@@ -20,6 +20,7 @@ pub mod lookahead;
 pub mod machines;
 pub mod metrics;
 pub mod mirror;
+pub mod observe;
 pub mod pools;
 pub mod provisioner;
 pub mod reload;

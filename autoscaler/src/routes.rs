@@ -61,21 +61,3 @@ impl<S: Clone + Send + Sync + 'static> Routes<S> {
 
 #[cfg(test)]
 pub mod spec;
-
-#[cfg(test)]
-mod tests {
-    use super::spec::{assert_same, served};
-
-    #[test]
-    fn every_route_of_the_mirrored_api_is_in_its_spec_and_back() {
-        let routes = crate::mirror::route_table().list();
-        // The spec's server URL ends in `/api/v4`; its paths start after it.
-        assert_same("runner-api.yaml", &served(&routes, "/api/v4"));
-    }
-
-    #[test]
-    fn every_route_of_the_admin_api_is_in_its_spec_and_back() {
-        let routes = crate::admin::route_table().list();
-        assert_same("admin-api.yaml", &served(&routes, ""));
-    }
-}

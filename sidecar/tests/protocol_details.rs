@@ -15,12 +15,12 @@ use axum::response::Response;
 use common::mock::{Mock, Recorded, with_headers};
 use sidecar::client::{Client, JobRequestOutcome};
 use sidecar::executor::Interrupts;
+use sidecar::job::updater::{FinalResult, FinalState, Updater, UpdaterTiming};
 use sidecar::protocol::{JobState, RunnerInfo};
 use sidecar::secret::Secret;
 use sidecar::trace::Trace;
 use sidecar::trace::buffer::TraceBuffer;
 use sidecar::trace::masker::Masker;
-use sidecar::trace::updater::{FinalResult, FinalState, Updater, UpdaterTiming};
 
 #[tokio::test]
 async fn job_request_headers_retries_and_last_update() {

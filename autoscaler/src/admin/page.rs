@@ -75,6 +75,15 @@ mod tests {
     }
 
     #[test]
+    fn every_route_of_the_admin_api_is_in_its_spec_and_back() {
+        let routes = super::super::route_table().list();
+        crate::routes::spec::assert_same(
+            "admin-api.yaml",
+            &crate::routes::spec::served(&routes, ""),
+        );
+    }
+
+    #[test]
     fn the_script_reads_every_view_it_draws_from_the_admin_api() {
         let table: Vec<_> = super::super::route_table()
             .list()

@@ -37,7 +37,7 @@ pub use reader::Problem;
 use reader::{Problems, Section};
 pub use scaling::{Intake, PolicyCell, PoolPolicy, Prices, ScalingConfig};
 pub use sidecar::{SidecarConfig, SidecarMode, SidecarStart};
-pub use sources::ProvisionerConfig;
+pub use sources::{ProvisionerConfig, Timeouts};
 pub use tls::{SYSTEM_CA_FILES, TlsConfig};
 pub use token_binding::TokenBinding;
 use top_level::read;

@@ -9,7 +9,6 @@ use super::reader::Section;
 use super::values::duration_or;
 use super::{resolve, values};
 use crate::core::reconcile::OrphanPolicy;
-use crate::provisioner::Timeouts;
 
 #[derive(Debug, Clone)]
 pub struct ProvisionerConfig {
@@ -33,6 +32,29 @@ pub struct ProvisionerConfig {
     pub boot_timeout: Duration,
     pub reconcile_interval: Duration,
     pub user_data: Option<String>,
+}
+
+/// Per-verb time limits (`[pools.provisioner.timeouts]`). `stop` and `start` have the
+/// `destroy` limit: each is, like it, one power operation on one machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    pub info: Duration,
+    pub create: Duration,
+    pub list: Duration,
+    pub status: Duration,
+    pub destroy: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            info: Duration::from_secs(10),
+            create: Duration::from_secs(300),
+            list: Duration::from_secs(60),
+            status: Duration::from_secs(60),
+            destroy: Duration::from_secs(300),
+        }
+    }
 }
 
 /// `[pools.provisioner]` (one source, `default`) or `[[pools.sources]]` (several, tried in

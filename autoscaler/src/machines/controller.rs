@@ -64,7 +64,7 @@ pub struct PoolController {
     /// demand-aware strategy.
     pub(super) demand: Mutex<ClassDemand>,
     /// The projects' pipeline shapes and pipelines in flight, for the pipeline forecast.
-    pub(super) pipelines: Mutex<super::pipelines::PipelineLearning>,
+    pub(super) pipelines: Mutex<super::learning::PipelineLearning>,
     /// Where each executed plan is reported (metrics, the admin API's decisions).
     pub(super) decisions: std::sync::OnceLock<Arc<crate::decisions::Decisions>>,
     /// The pool asks for a warm pool its provisioner cannot keep, and that was logged.
@@ -93,7 +93,7 @@ impl PoolController {
         settings: ControllerSettings,
     ) -> Arc<Self> {
         let pipelines =
-            super::pipelines::PipelineLearning::load(machines.store().as_ref(), machines.pool());
+            super::learning::PipelineLearning::load(machines.store().as_ref(), machines.pool());
         let controller = Arc::new(Self {
             machines,
             launcher,

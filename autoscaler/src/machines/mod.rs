@@ -5,6 +5,7 @@ mod controller;
 mod gate;
 mod health;
 mod launch;
+mod learning;
 mod lifecycle;
 mod pipelines;
 mod policy;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::controller_tests::{Rig, rig_launching};
-use super::pipelines::PipelineLearning;
+use super::learning::PipelineLearning;
 use crate::config::ScalingConfig;
 use crate::core::JobId;
 use crate::core::job::JobEvent;

@@ -3,27 +3,29 @@
 //! One [`Metrics`] is made at start and handed to every part that records something, as an
 //! `Arc`: no global registry, so tests can run services side by side. Two kinds of figure:
 //!
-//! - **events**, recorded where they happen: provisioner calls (`script.rs`), calls to GitLab
-//!   (the [`MeteredUpstream`] decorator, for relayed calls and the autoscaler's own alike),
-//!   requests to the mirrored API (a tower layer, `layer.rs`), scale actions (the controller's
-//!   plan, through `decisions.rs`), a job's wait for a sidecar (`jobs/`), store flushes;
-//!   machine creation, readiness, deletion and lifetime are read from the machines' timelines
-//!   (`machines.rs`), so the machine code only keeps its timeline;
-//! - **levels**, counted at each scrape from the live state (`levels.rs`): machines by state,
-//!   job slots, jobs by phase.
+//! - **events**, recorded where they happen: provisioner calls (`provisioner/script.rs`), calls
+//!   to GitLab (the `upstream::MeteredUpstream` decorator, for relayed calls and the
+//!   autoscaler's own alike), requests to the mirrored API (a tower layer, `layer.rs`), scale
+//!   actions (the controller's plan, through `decisions.rs`), a job's wait for a sidecar
+//!   (`jobs/`), store flushes; machine creation, readiness, deletion and lifetime are read from
+//!   the machines' timelines (`observe/durations.rs`), so the machine code only keeps its
+//!   timeline;
+//! - **levels**, counted at each scrape from the live state (`observe/levels.rs`): machines by
+//!   state, job slots, jobs by phase.
+//!
+//! This module sits below everything that records: it knows families and labels, not jobs,
+//! machines or GitLab. What reads those lives above them, in `observe/` and `upstream/`.
 //!
 //! Every family is listed, with its labels (declared in `labels.rs`), in the book's metrics
 //! page (`docs/src/operating/metrics.md`).
 
 mod labels;
 mod layer;
-mod levels;
-mod machines;
-mod upstream;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -35,9 +37,6 @@ pub use labels::{
     ReloadLabel, ScaleLabels, UpstreamLabels,
 };
 pub use layer::record_request;
-pub use levels::Levels;
-pub use machines::watch_machines;
-pub use upstream::{MeteredUpstream, Origin};
 
 /// A histogram family whose buckets come from a plain function.
 type Timings<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -224,9 +223,9 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds the levels counted from live state at every scrape.
-    pub fn register_levels(&self, levels: Levels) {
-        self.lock().register_collector(Box::new(levels));
+    /// Adds figures counted from live state at every scrape (`observe::Levels`).
+    pub fn register_collector(&self, collector: Box<dyn Collector>) {
+        self.lock().register_collector(collector);
     }
 
     /// Everything, in the OpenMetrics text format.
@@ -325,7 +324,7 @@ impl Metrics {
 
 /// Milliseconds as seconds, for histograms.
 #[allow(clippy::cast_precision_loss)] // Durations in ms stay far below 2^52.
-fn seconds(ms: u64) -> f64 {
+pub fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
 

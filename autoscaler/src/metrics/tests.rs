@@ -36,11 +36,11 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
     let store: std::sync::Arc<dyn crate::store::Store> =
         std::sync::Arc::new(crate::store::MemoryStore::new());
     let clock = std::sync::Arc::new(crate::clock::ManualClock::new(0));
-    metrics.register_levels(Levels::new(
+    metrics.register_collector(Box::new(crate::observe::Levels::new(
         Vec::new(),
         std::collections::HashMap::new(),
         std::sync::Arc::new(crate::jobs::Jobs::load(store, clock).unwrap()),
-    ));
+    )));
     let text = metrics.encode();
     assert!(text.contains("autoscaler_scale_actions_total{pool=\"linux\",action=\"create\",reason=\"waiting_jobs\"} 2"), "{text}");
     assert!(text.contains("autoscaler_provisioner_call_seconds_count{pool=\"linux\",verb=\"create\",exit=\"ok\"} 1"), "{text}");
@@ -73,28 +73,6 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
             "docs/src/operating/metrics.md does not document {family}"
         );
     }
-}
-
-#[test]
-fn upstream_endpoints_are_named_from_method_and_path() {
-    use http::Method;
-    assert_eq!(
-        upstream::endpoint(&Method::PUT, "/api/v4/jobs/17"),
-        "job_update"
-    );
-    assert_eq!(
-        upstream::endpoint(&Method::PATCH, "/api/v4/jobs/17/trace"),
-        "job_trace"
-    );
-    assert_eq!(
-        upstream::endpoint(&Method::POST, "/api/v4/jobs/17/artifacts"),
-        "artifacts_upload"
-    );
-    assert_eq!(
-        upstream::endpoint(&Method::GET, "/api/v4/jobs/17/artifacts"),
-        "artifacts_download"
-    );
-    assert_eq!(upstream::endpoint(&Method::GET, "/api/v4/other"), "other");
 }
 
 /// Every series an event would create exists at zero once the pool is registered, so that the

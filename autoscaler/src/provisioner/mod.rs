@@ -16,6 +16,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+/// Per-verb time limits, read from the configuration.
+pub use crate::config::Timeouts;
+
 pub use protocol::{
     Capabilities, CreateItem, CreateRequest, Created, Destroyed, Info, Interruption, ListedMachine,
     StartAnswer, Status, StopAnswer,
@@ -77,27 +80,4 @@ pub trait Provisioner: Send + Sync + std::fmt::Debug + 'static {
     fn stop<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StopAnswer>>;
     /// Starts a stopped machine again; it may come back with a new address (ask `status`).
     fn start<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<StartAnswer>>;
-}
-
-/// Per-verb time limits (`[pools.provisioner.timeouts]`). `stop` and `start` have the
-/// `destroy` limit: each is, like it, one power operation on one machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timeouts {
-    pub info: Duration,
-    pub create: Duration,
-    pub list: Duration,
-    pub status: Duration,
-    pub destroy: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            info: Duration::from_secs(10),
-            create: Duration::from_secs(300),
-            list: Duration::from_secs(60),
-            status: Duration::from_secs(60),
-            destroy: Duration::from_secs(300),
-        }
-    }
 }

@@ -23,14 +23,15 @@ use crate::decisions::Decisions;
 use crate::delivery::Delivery;
 use crate::intake::Intake;
 use crate::jobs::Jobs;
-use crate::metrics::{self, Levels, MeteredUpstream, Metrics, Origin};
+use crate::metrics::Metrics;
 use crate::mirror::{self, App, Limits};
+use crate::observe::{self, Levels};
 use crate::pools::Pool;
 use crate::sidecars::Sidecars;
 use crate::store::{SledStore, Store, StoreError};
 use crate::systemd::{self, Step};
 use crate::tls::{CertFiles, CertStore};
-use crate::upstream::{HttpUpstream, Upstream, UpstreamError};
+use crate::upstream::{HttpUpstream, MeteredUpstream, Origin, Upstream, UpstreamError};
 
 mod startup;
 mod tasks;
@@ -247,7 +248,7 @@ pub async fn run_with(
     let controller_tasks = TaskTracker::new();
     for controller in &controllers {
         controller_tasks.spawn(controller.clone().run(stop_controllers.clone()));
-        tasks.spawn(metrics::watch_machines(
+        tasks.spawn(observe::watch_machines(
             metrics.clone(),
             controller.machines.clone(),
             stop_maintenance.clone(),
@@ -272,11 +273,11 @@ pub async fn run_with(
         .with_metrics(metrics.clone())
         .with_sidecar_binaries(sidecar_binaries),
     );
-    metrics.register_levels(Levels::new(
+    metrics.register_collector(Box::new(Levels::new(
         pools.clone(),
         app.machines.clone(),
         jobs.clone(),
-    ));
+    )));
     let stop_server = CancellationToken::new();
     if let Some(listener) = admin_listener {
         let admin = Arc::new(Admin {

@@ -7,6 +7,7 @@
 //!
 //! The model and its assumptions are in `deploy/simulate/MODEL.md`.
 
+mod draws;
 mod engine;
 mod fleet;
 mod input;

@@ -30,8 +30,8 @@ use std::collections::BTreeMap;
 
 use figment::value::Value;
 
+use super::draws::{HowMany, draw_times, ms, read_how_many, read_range, uniform};
 use super::rng::Rng;
-use super::workload::{HowMany, draw_times, ms, read_how_many, read_range};
 use crate::config::reader::Section;
 use crate::config::values;
 use crate::core::Millis;
@@ -253,8 +253,4 @@ pub fn draw(projects: &[Project], start: Millis, seed: u64) -> Vec<Pipeline> {
         p.id = n as u64 + 1;
     }
     pipelines
-}
-
-pub fn uniform(rng: &mut Rng, (low, high): (Millis, Millis)) -> Millis {
-    low + (rng.unit() * (high - low) as f64) as Millis
 }

@@ -25,8 +25,8 @@
 
 use std::time::Duration;
 
+use super::draws::read_range;
 use super::input::Input;
-use super::workload::read_range;
 use crate::config::{Prices, ScalingConfig};
 
 use crate::config::pool::read_scaling_and_policies;

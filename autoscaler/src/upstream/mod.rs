@@ -6,6 +6,7 @@
 
 mod headers;
 mod http;
+mod metered;
 
 #[cfg(test)]
 pub mod fake;
@@ -18,6 +19,7 @@ use futures::stream::BoxStream;
 
 pub use self::headers::{filter_request_headers, filter_response_headers, range_end, retry_after};
 pub use self::http::HttpUpstream;
+pub use self::metered::{MeteredUpstream, Origin, endpoint};
 use crate::secret::Secret;
 
 /// A body streamed in either direction.

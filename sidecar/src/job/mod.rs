@@ -6,6 +6,7 @@
 mod build;
 mod result;
 mod sources;
+pub mod updater;
 mod upload;
 
 use std::path::{Component, Path, PathBuf};
@@ -21,8 +22,8 @@ use crate::protocol::{JobOutput, JobResponse, JobState, RunnerInfo};
 use crate::trace::Trace;
 use crate::trace::buffer::TraceBuffer;
 use crate::trace::masker::Masker;
-use crate::trace::updater::{Updater, UpdaterTiming};
 use build::Build;
+use updater::{Updater, UpdaterTiming};
 
 pub use result::{BuildResult, JobSummary};
 

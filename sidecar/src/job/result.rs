@@ -1,9 +1,9 @@
 //! How a job's build ended ([`BuildResult`]), and how that maps to the state, failure reason
 //! and exit code of the final update (runner-protocol.md §4, §9) and to the last line of the log.
 
+use super::updater::{FinalResult, FinalState};
 use crate::protocol::{FailureReason, JobState};
 use crate::trace::Trace;
-use crate::trace::updater::{FinalResult, FinalState};
 
 /// Outcome of the build, before it is mapped to the final PUT.
 #[derive(Debug, Clone, PartialEq, Eq)]

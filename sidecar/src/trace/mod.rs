@@ -1,10 +1,10 @@
-//! The job log: masking ([`masker`]), limit and checksum ([`buffer`]), offsets
-//! ([`offsets`]) and the PATCH/PUT loop that ships it to GitLab ([`updater`]).
+//! The job log: masking ([`masker`]), limit and checksum ([`buffer`]) and offsets
+//! ([`offsets`]). The PATCH/PUT loop that ships it to GitLab is `job::updater`, above the
+//! client and the executor it drives.
 
 pub mod buffer;
 pub mod masker;
 pub mod offsets;
-pub mod updater;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

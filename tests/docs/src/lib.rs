@@ -1,8 +1,10 @@
 //! The book's checks (`docs/README.md` says what each one holds the book to): Markdown read
 //! into code blocks, links and headings; `console` transcripts run and compared; `toml` blocks
-//! checked as configurations; the configuration reference compared with the reader's keys.
+//! checked as configurations; the configuration reference compared with the reader's keys; the
+//! layering rule of `ARCHITECTURE.md` held to the code.
 
 pub mod configs;
+pub mod layers;
 pub mod links;
 pub mod markdown;
 pub mod reference;

@@ -5,7 +5,7 @@
 use axum::http::Method;
 
 use super::*;
-use crate::routes::spec::operations;
+use crate::routes::spec::{assert_same, operations, served};
 
 /// One call a line: GitLab's status, the operation as the spec names it, the request (under
 /// `/api/v4`), and a JSON body if any. `$T` is a registered runner token, `$R` another one (for
@@ -115,4 +115,10 @@ async fn every_answer_of_our_own_is_gitlabs_status_and_listed_in_the_spec() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn every_route_of_the_mirrored_api_is_in_its_spec_and_back() {
+    // The spec's server URL ends in `/api/v4`; its paths start after it.
+    assert_same("runner-api.yaml", &served(&route_table().list(), "/api/v4"));
 }

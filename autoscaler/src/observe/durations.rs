@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Metrics, PoolLabel, seconds};
 use crate::core::machine::MachineState;
 use crate::machines::PoolMachines;
+use crate::metrics::{Metrics, PoolLabel, seconds};
 use crate::store::MachineRecord;
 
 /// Shortest time between two looks: the timeline carries the times, so looking less often

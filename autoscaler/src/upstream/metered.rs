@@ -9,11 +9,11 @@ use tokio::time::Instant;
 use futures::future::BoxFuture;
 use http::Method;
 
-use super::{Metrics, UpstreamLabels};
-use crate::secret::Secret;
-use crate::upstream::{
+use super::{
     Forward, Forwarded, JobRequest, JobRequestOutcome, Upstream, UpstreamError, VerifyOutcome,
 };
+use crate::metrics::{Metrics, UpstreamLabels};
+use crate::secret::Secret;
 
 /// Who made a call to GitLab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,5 +145,28 @@ impl Upstream for MeteredUpstream {
             self.record(endpoint, outcome, started);
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_endpoints_are_named_from_method_and_path() {
+        assert_eq!(endpoint(&Method::PUT, "/api/v4/jobs/17"), "job_update");
+        assert_eq!(
+            endpoint(&Method::PATCH, "/api/v4/jobs/17/trace"),
+            "job_trace"
+        );
+        assert_eq!(
+            endpoint(&Method::POST, "/api/v4/jobs/17/artifacts"),
+            "artifacts_upload"
+        );
+        assert_eq!(
+            endpoint(&Method::GET, "/api/v4/jobs/17/artifacts"),
+            "artifacts_download"
+        );
+        assert_eq!(endpoint(&Method::GET, "/api/v4/other"), "other");
     }
 }

@@ -15,13 +15,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Trace;
-use super::offsets::MAX_PATCH_SIZE;
 use crate::client::Client;
 use crate::client::classify::{PatchOutcome, PatchResult, RemoteStatus, UpdateResult};
 use crate::executor::{Interrupt, Interrupts};
 use crate::protocol::{JobOutput, JobState, RunnerInfo};
 use crate::secret::Secret;
+use crate::trace::Trace;
+use crate::trace::offsets::MAX_PATCH_SIZE;
 
 /// Timing constants (§10); public so that tests can document what they rely on.
 #[derive(Debug, Clone, Copy)]
