@@ -14,6 +14,7 @@
 
 mod actions;
 mod auth;
+mod book;
 mod page;
 mod timeline;
 mod views;
@@ -51,6 +52,8 @@ pub struct Admin {
     pub reloads: Arc<crate::reload::Reloads>,
     /// The bearer token requests must carry, when configured.
     pub token: Option<Secret>,
+    /// The built book served at `/book/` (`[admin] book_dir`), when configured.
+    pub book_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -161,9 +164,14 @@ fn guarded_routes() -> Routes<Arc<Admin>> {
         .add(Method::POST, "/pools/{name}/resume", actions::resume)
 }
 
-/// The routes open without the token: liveness and the status page's shell (no data).
+/// The routes open without the token: liveness, the status page's shell and the book (no
+/// data).
 fn open_routes(routes: Routes<Arc<Admin>>) -> Routes<Arc<Admin>> {
-    page::routes(routes.add(Method::GET, "/healthz", views::healthz))
+    book::routes(page::routes(routes.add(
+        Method::GET,
+        "/healthz",
+        views::healthz,
+    )))
 }
 
 /// Every route of the admin API; `api-spec/admin-api.yaml` documents each one (tested).

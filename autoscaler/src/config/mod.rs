@@ -71,6 +71,8 @@ pub struct AdminConfig {
     /// The bearer token every request but `/healthz` must carry (`token_file`); required when
     /// `listen` is not a loopback address.
     pub token: Option<Secret>,
+    /// The built book (`cargo xtask docs`), served at `/book/` for the status page's links.
+    pub book_dir: Option<PathBuf>,
 }
 
 /// The mirrored runner API that sidecars talk to.

@@ -120,7 +120,7 @@ fn compare_admin(out: &mut Comparison, old: Option<&AdminConfig>, new: Option<&A
     match (old, new) {
         (None, None) => {}
         (Some(old), Some(new)) => {
-            compare!(out, "admin", AdminConfig, old, new, fixed: [listen], skip: [token]);
+            compare!(out, "admin", AdminConfig, old, new, fixed: [listen, book_dir], skip: [token]);
             if old.token != new.token {
                 out.restart("admin.token_file", "needs a restart");
             }

@@ -54,8 +54,26 @@ pub(super) fn read(
                 "is required when listen is not a loopback address: the admin API can drain and destroy machines",
             );
         }
+        let book_dir = t
+            .optional::<PathBuf>("book_dir")
+            .map(|p| resolve(base_dir, p));
+        if let Some(dir) = &book_dir
+            && !dir.join("index.html").is_file()
+        {
+            t.problem(
+                "book_dir",
+                format!(
+                    "{} holds no index.html: point it at the directory `cargo xtask docs` writes (target/book)",
+                    dir.display()
+                ),
+            );
+        }
         t.finish();
-        Some(AdminConfig { listen, token })
+        Some(AdminConfig {
+            listen,
+            token,
+            book_dir,
+        })
     });
     let pools: Vec<_> = root
         .tables("pools")

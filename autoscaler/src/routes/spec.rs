@@ -65,7 +65,8 @@ pub fn served(routes: &[Route], prefix: &str) -> BTreeSet<Operation> {
         .iter()
         .map(|r| {
             let path = r.path.strip_prefix(prefix).unwrap_or(r.path);
-            (r.method.clone(), path.to_string())
+            // OpenAPI has no wildcard: axum's `{*page}` (the rest of the path) is `{page}`.
+            (r.method.clone(), path.replace("{*", "{"))
         })
         .collect()
 }

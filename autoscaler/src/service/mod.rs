@@ -289,6 +289,7 @@ pub async fn run_with(
             decisions: decisions.clone(),
             reloads: reloads.clone(),
             token: config.admin.as_ref().and_then(|a| a.token.clone()),
+            book_dir: config.admin.as_ref().and_then(|a| a.book_dir.clone()),
         });
         let stop = stop_server.clone();
         tasks.spawn(async move {

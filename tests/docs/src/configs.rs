@@ -9,9 +9,9 @@ use toml::{Table, Value};
 /// Where paths of the book's examples live on a real VM; moved into the scratch root.
 const ROOTED: &[&str] = &["/etc/", "/var/", "/usr/", "/opt/", "/srv/", "/home/"];
 
-/// Keys naming a file that must exist for `check-config` to pass.
+/// Keys naming a file (or the book's directory) that must exist for `check-config` to pass.
 fn names_a_file(key: &str) -> bool {
-    key.ends_with("_file") || key == "command" || key == "binary"
+    key.ends_with("_file") || key == "command" || key == "binary" || key == "book_dir"
 }
 
 /// A block as the configuration `check-config` reads: a block with `[[pools]]` as written, a
@@ -63,7 +63,8 @@ fn merge_key(into: &mut Table, key: String, value: Value) {
 }
 
 /// Moves every rooted path of `config` under `root` and creates the files its `*_file`,
-/// `command` and `binary` keys name (a dummy token; an executable for a command), so that
+/// `command`, `binary` and `book_dir` keys name (a dummy token; an executable for a command; a
+/// directory with an `index.html` for the book), so that
 /// `check-config` judges the configuration and not this machine. `provisioners/` of the
 /// repository is reachable where the samples install it.
 pub fn install(config: &mut Table, root: &Path) -> Result<()> {
@@ -85,7 +86,11 @@ pub fn install(config: &mut Table, root: &Path) -> Result<()> {
             continue;
         }
         std::fs::create_dir_all(path.parent().context("a file at /")?)?;
-        if key == "command" || key == "binary" {
+        if key == "book_dir" {
+            // The built book: a directory with its first page.
+            std::fs::create_dir_all(&path)?;
+            std::fs::write(path.join("index.html"), "<h1>book</h1>\n")?;
+        } else if key == "command" || key == "binary" {
             std::fs::write(&path, "#!/bin/sh\nexit 0\n")?;
             let mut perms = std::fs::metadata(&path)?.permissions();
             std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);

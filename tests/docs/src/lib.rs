@@ -7,6 +7,7 @@ pub mod configs;
 pub mod layers;
 pub mod links;
 pub mod markdown;
+pub mod pointers;
 pub mod reference;
 pub mod transcript;
 
@@ -40,6 +41,12 @@ pub fn debug_binary(name: &str) -> Result<PathBuf> {
 /// Every Markdown file under `dir`, recursively, sorted; `target/` and hidden directories are
 /// skipped.
 pub fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    files_ending(dir, ".md")
+}
+
+/// Every file under `dir` whose name ends in `suffix`, recursively, sorted; `target/` and
+/// hidden directories are skipped.
+pub fn files_ending(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
@@ -53,7 +60,7 @@ pub fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 if !name.starts_with('.') && name != "target" && name != "node_modules" {
                     pending.push(path);
                 }
-            } else if name.ends_with(".md") {
+            } else if name.ends_with(suffix) {
                 found.push(path);
             }
         }

@@ -88,6 +88,8 @@ pub struct Extra<'a> {
     pub wrap: &'a [&'a str],
     /// A bearer token for the admin API (written to a file named by `[admin] token_file`).
     pub admin_token: Option<&'a str>,
+    /// Extra keys of `[admin]` (TOML lines).
+    pub admin: &'a str,
     /// Where the autoscaler's log goes (stderr of the test by default), at debug level.
     pub log_file: Option<&'a Path>,
 }
@@ -334,11 +336,12 @@ fn config_toml(
     extra: &Extra<'_>,
 ) -> String {
     let (server_extra, upstream_extra) = (extra.server, extra.upstream);
-    let admin_extra = if extra.admin_token.is_some() {
+    let token = if extra.admin_token.is_some() {
         "token_file = \"admin.token\""
     } else {
         ""
     };
+    let admin_extra = format!("{token}\n{}", extra.admin);
     let mut toml = format!(
         "[server]\nlisten = \"{listen}\"\n{server_extra}\n\n[admin]\nlisten = \"{admin}\"\n{admin_extra}\n\n\
          [state]\ndir = \"state\"\n\n[upstream]\nurl = \"{gitlab_url}\"\n{upstream_extra}\n\n"

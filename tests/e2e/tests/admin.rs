@@ -1,5 +1,6 @@
 //! The admin API and the operator's commands against a running stack: the token is required,
-//! machines are drained and destroyed, pools paused and resumed, and the CLI shows it all.
+//! machines are drained and destroyed, pools paused and resumed, and the CLI shows it all; the
+//! book the status page links to is served from `[admin] book_dir`.
 
 use std::path::Path;
 
@@ -7,6 +8,7 @@ use anyhow::{Context, Result, ensure};
 use autoscaler::core::machine::MachineState;
 use e2e::counting::{CountingRig, WITHIN, rig};
 use e2e::process::binary;
+use e2e::stack::{Autoscaler, Extra, FakeGitLab, PoolSpec};
 use fake_gitlab::control::JobStatus;
 use reqwest::{Method, StatusCode};
 
@@ -170,5 +172,79 @@ async fn the_admin_api_wants_its_token_and_drains_destroys_pauses_and_resumes() 
     );
     let (code, out) = cli(&r, &["drain", "no-such-machine"], Some(&token_file)).await?;
     ensure!(code == 1 && out.contains("no-such-machine"), "{code} {out}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_the_book_the_status_page_links_to() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let book = dir.path().join("book");
+    std::fs::create_dir_all(book.join("concepts"))?;
+    std::fs::write(book.join("index.html"), "<h1>Introduction</h1>")?;
+    std::fs::write(book.join("concepts/machines.html"), "<h1>Machines</h1>")?;
+    let gitlab = FakeGitLab::start(&[]).await?;
+    let pool = PoolSpec::new("static");
+    gitlab.add_runner(&pool.upstream_token).await?;
+    let book_dir = format!("book_dir = \"{}\"", book.display());
+    let extra = Extra {
+        admin_token: Some("admin-token"),
+        admin: &book_dir,
+        ..Extra::default()
+    };
+    let a = Autoscaler::start_with(
+        &dir.path().join("autoscaler"),
+        &gitlab.url,
+        std::slice::from_ref(&pool),
+        &extra,
+    )
+    .await?;
+    // Open without the token, like the status page: the book holds no data.
+    let client = reqwest::Client::new();
+    let get = |path: &str| client.get(format!("{}{path}", a.admin_url)).send();
+    let page = get("/book/concepts/machines.html").await?;
+    ensure!(page.status() == StatusCode::OK, "{page:?}");
+    let kind = page.headers()[reqwest::header::CONTENT_TYPE]
+        .to_str()?
+        .to_string();
+    ensure!(kind.starts_with("text/html"), "{kind}");
+    ensure!(page.text().await? == "<h1>Machines</h1>");
+    let index = get("/book/").await?;
+    ensure!(index.status() == StatusCode::OK && index.text().await? == "<h1>Introduction</h1>");
+    // Nothing outside the book's directory: not the admin token beside it (the client would
+    // fold a literal `..` away, so the separators are encoded), and no page that is not there.
+    for outside in [
+        "/book/..%2fautoscaler%2fadmin.token",
+        "/book/concepts/..%2f..%2fautoscaler%2fadmin.token",
+        "/book/no-such-image.png",
+    ] {
+        let answer = get(outside).await?;
+        ensure!(
+            answer.status() == StatusCode::NOT_FOUND,
+            "{outside}: {answer:?}"
+        );
+        ensure!(
+            !answer.text().await?.contains("admin-token"),
+            "{outside} leaked the token"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_book_dir_a_book_page_says_how_to_serve_the_book() -> Result<()> {
+    let r = rig(&[], "max_machines = 1", "", &[]).await?;
+    let answer = reqwest::get(format!(
+        "{}/book/concepts/machines.html",
+        r.autoscaler.admin_url
+    ))
+    .await?;
+    ensure!(answer.status() == StatusCode::NOT_FOUND, "{answer:?}");
+    let body: serde_json::Value = answer.json().await?;
+    ensure!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("[admin] book_dir") && e.contains("cargo xtask docs")),
+        "{body}"
+    );
     Ok(())
 }

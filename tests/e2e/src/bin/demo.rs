@@ -21,6 +21,12 @@ use fake_gitlab::control::{ArtifactSpec, JobSpec, JobStatus, JobVariable, JobVie
 
 const IDLE_TIME_S: u64 = 10;
 
+/// The book's pages that explain the summary's parts (`tests/docs/tests/pointers.rs` checks
+/// that each exists, with its heading).
+const JOBS_PAGE: &str = "docs/src/concepts/jobs.md#when-things-fail";
+const MACHINES_PAGE: &str = "docs/src/concepts/machines.md#a-machines-life";
+const SIDECARS_PAGE: &str = "docs/src/concepts/sidecars.md#the-mirrored-api";
+
 struct DemoJob {
     id: u64,
     what: &'static str,
@@ -151,6 +157,7 @@ async fn main() -> Result<()> {
         rows.push((job, view, trace));
     }
     print_jobs(&rows);
+    println!("(The statuses and failure reasons: {JOBS_PAGE})");
     let deviations = report_design(&rows);
 
     println!("\nWaiting for idle machines to go ({IDLE_TIME_S} s of idleness)...\n");
@@ -162,6 +169,7 @@ async fn main() -> Result<()> {
         )
         .await?;
     print_machines(&machines);
+    println!("\n(A machine's states: {MACHINES_PAGE})");
 
     let stats = gitlab.control.stats().await?;
     println!(
@@ -182,6 +190,7 @@ async fn main() -> Result<()> {
              hand-out and answers 400, after which the job counts as acknowledged)"
         );
     }
+    println!("(Why every call comes from the autoscaler: {SIDECARS_PAGE})");
     let left = std::fs::read_dir(&machines_root)
         .map(|d| {
             d.flatten()
@@ -194,6 +203,11 @@ async fn main() -> Result<()> {
     println!(
         "Autoscaler stopped (SIGTERM): {status}. Demo took {:.0} s.",
         started.elapsed().as_secs_f64()
+    );
+    println!(
+        "\nThe book explains what this showed: docs/src/ (start at docs/src/getting-started.md);\n\
+         `cargo xtask docs` builds it into target/book/, which [admin] book_dir serves on the\n\
+         status page's listener at /book/."
     );
     if deviations > 0 {
         anyhow::bail!(
