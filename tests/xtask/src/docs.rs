@@ -1,13 +1,14 @@
 //! `cargo xtask docs`: the book under `docs/`, built with mdBook into `target/book/`. mdBook
-//! comes from crates.io at a pinned version, installed once into `target/tools/` (about four
-//! minutes on two cores, without its `serve` and `watch` features, which the build does not
-//! use). The book's checks (transcripts, configurations, the reference, help, links) are tests
-//! of `tests/docs` and run with every other test.
+//! comes from crates.io at a pinned version, installed once into `target/tools/` (about a
+//! minute and a quarter on two cores, without its `serve` and `watch` features, which the build
+//! does not use). `cargo xtask test` builds it too and fails on any warning mdBook prints
+//! ([`build_without_warnings`]). The book's checks (transcripts, configurations, the reference,
+//! help, links) are tests of `tests/docs` and run with every other test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 
 /// The mdBook release the book is built with.
 const MDBOOK_VERSION: &str = "0.5.4";
@@ -21,6 +22,35 @@ pub fn build(root: &Path) -> Result<()> {
     eprintln!(
         "xtask docs: the book is in {}",
         root.join("target/book/index.html").display()
+    );
+    Ok(())
+}
+
+/// Builds the book as [`build`] does and fails when mdBook warns or errs: a warning is a page
+/// that renders wrong (a missing include, a bad link in `SUMMARY.md`).
+pub fn build_without_warnings(root: &Path) -> Result<()> {
+    let mdbook = ensure_mdbook(root)?;
+    eprintln!("+ {} build docs", mdbook.display());
+    let output = Command::new(&mdbook)
+        .args(["build", "docs"])
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("running {}", mdbook.display()))?;
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprint!("{log}");
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    ensure!(
+        output.status.success() && warned.is_empty(),
+        "mdBook did not build the book cleanly ({}):\n{}",
+        output.status,
+        warned.join("\n")
     );
     Ok(())
 }

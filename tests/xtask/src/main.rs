@@ -201,6 +201,8 @@ fn test(extra: &[String]) -> Result<()> {
     run("cargo", &["build", "--workspace", "--bins"])?;
     // The unit, the user data and the sample configurations in deploy/, against the binary.
     run("bash", &["deploy/check"])?;
+    // The book builds, and mdBook has nothing to warn about.
+    docs::build_without_warnings(&workspace_root()?)?;
     let before = leftovers::before();
     if has_cargo_subcommand("nextest") {
         let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
