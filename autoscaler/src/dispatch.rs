@@ -12,6 +12,8 @@
 //! offered again at once, and if the answer is lost on the wire, the acknowledgement window of
 //! the pool brings it back.
 
+mod waiter;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +24,7 @@ use crate::core::job::{JobEvent, JobPhase};
 use crate::core::routing::{self, Fit, Placement};
 use crate::core::{JobId, SidecarId};
 use crate::jobs::Jobs;
+use waiter::WaiterGuard;
 
 /// Decides whether a sidecar may be given a job now (a machine that is draining, used up or
 /// full may not), and learns of each hand-out.
@@ -344,61 +347,6 @@ impl PoolQueue {
         s.waiters.clear();
         drop(s);
         self.notify();
-    }
-}
-
-/// Removes a waiter whose request ended (timeout, or the connection went away and the handler
-/// was dropped). A job that reached the waiter in that instant is not lost: it is taken back and
-/// offered to the pool again.
-struct WaiterGuard {
-    queue: Arc<PoolQueue>,
-    waiter_id: u64,
-    rx: Option<oneshot::Receiver<JobId>>,
-}
-
-impl WaiterGuard {
-    fn remove_waiter(&self) {
-        let mut s = self.queue.lock();
-        let before = s.waiters.len();
-        s.waiters.retain(|w| w.id != self.waiter_id);
-        let removed = s.waiters.len() != before;
-        drop(s);
-        if removed {
-            self.queue.notify();
-        }
-    }
-
-    /// Timeout: stop waiting, but deliver a job that arrived at the last moment.
-    fn give_up(&mut self) -> Option<JobId> {
-        self.remove_waiter();
-        self.rx.take()?.try_recv().ok()
-    }
-}
-
-impl Drop for WaiterGuard {
-    fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else { return };
-        self.remove_waiter();
-        if let Ok(job) = rx.try_recv() {
-            tracing::debug!(job.id = %job, "job request went away as its job arrived; offering the job again");
-            if self.queue.jobs.apply(job, JobEvent::HandOutFailed).is_ok() && !self.queue.offer(job)
-            {
-                // The request that would have made it durable is gone; nobody else will before
-                // the job waits in the queue.
-                make_durable(self.queue.jobs.clone(), job);
-            }
-        }
-    }
-}
-
-/// Makes a job's acceptance durable in the background; a job that cannot be is given back.
-fn make_durable(jobs: Arc<Jobs>, job: JobId) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            if let Err(e) = jobs.durable().await {
-                jobs.give_back_unstored(job, &e);
-            }
-        });
     }
 }
 

@@ -4,11 +4,13 @@
 //! Layout:
 //! * [`client`] — HTTP calls to GitLab, with the HTTP-level retry policy of runner-protocol.md §1.1.
 //! * [`protocol`] — request/response bodies and the job payload (§3, §4).
-//! * [`trace`] — job log: masking, output limit, checksum, offsets and the update loop (§5, §6).
+//! * [`trace`] — job log: masking, output limit, checksum and offsets (§5, §6).
 //! * [`executor`] — bash script generation and process-group handling.
 //! * [`artifacts`] — zip/gzip archives, upload and download (§7).
-//! * [`job`] — one job's lifecycle from acceptance to the final update.
-//! * [`runner`] — the worker loop (`run`/`run-single`), system id, shutdown.
+//! * [`job`] — one job's lifecycle from acceptance to the final update, with the loop that
+//!   ships its trace and state (`job::updater`).
+//! * [`runner`] — the worker loop (`run`/`run-single`), shutdown.
+//! * [`system_id`] — the runner's system id, kept in a file.
 //! * [`cli`] — command-line parsing.
 
 pub mod artifacts;
@@ -19,6 +21,7 @@ pub mod job;
 pub mod protocol;
 pub mod runner;
 pub mod secret;
+pub mod system_id;
 pub mod trace;
 
 /// Name reported in `info.name` and the User-Agent (runner-protocol.md §1, §3.1).

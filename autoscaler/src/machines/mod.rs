@@ -2,6 +2,7 @@
 //! state) and the calls that move them through their lifecycle (`lifecycle.rs`).
 
 mod controller;
+mod create;
 mod gate;
 mod health;
 mod launch;
