@@ -127,12 +127,13 @@ async fn a_machine_token_from_another_address_is_refused_with_403_and_works_from
 }
 
 /// A job that hunts for the sidecar's token (its file, every process's environment and command
-/// line, the files it can reach) and asks for the pool's jobs with whatever it found. Prints
-/// `uid=`, `file:` and one `request:` line per candidate.
+/// line, the files it can reach: its home, its own temporary directory and the machine's, which
+/// is `/tmp` on a cloud machine and the sandbox's `tmp/` here) and asks for the pool's jobs with
+/// whatever it found. Prints `uid=`, `file:` and one `request:` line per candidate.
 const THIEF: &[&str] = &[
     "echo \"uid=$(id -u)\"",
     "if cat \"$TOKEN_FILE\" 2>/dev/null; then echo 'file: read'; else echo 'file: refused'; fi",
-    "candidates=$( { cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | sed -n 's/^SIDECAR_TOKEN=//p'; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'; cat \"$TOKEN_FILE\" 2>/dev/null; grep -rhoa 'glrt-[A-Za-z0-9_-]*' \"$HOME\" /tmp 2>/dev/null; } | grep -o 'glrt-[A-Za-z0-9_-]*' | sort -u) || true",
+    "candidates=$( { cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | sed -n 's/^SIDECAR_TOKEN=//p'; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'; cat \"$TOKEN_FILE\" 2>/dev/null; grep -rhoa 'glrt-[A-Za-z0-9_-]*' \"$HOME\" \"$TMPDIR\" \"$MACHINE_TMP\" 2>/dev/null; } | grep -o 'glrt-[A-Za-z0-9_-]*' | sort -u) || true",
     "for t in $candidates nothing-found; do echo \"request: $(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -d \"{\\\"token\\\":\\\"$t\\\"}\" \"$AUTOSCALER_URL/api/v4/jobs/request\")\"; done",
 ];
 
@@ -161,11 +162,22 @@ async fn run_thief(r: &Rig) -> Result<(String, String)> {
         .context("no token file on the machine")?;
     let home = token_file.parent().and_then(Path::parent).context("home")?;
     open_path_to(home, r.machines_root.parent().context("root")?)?;
+    // The machine's temporary directory, open to every user as a cloud machine's `/tmp` is (the
+    // host's own `/tmp` is not the machine's, and searching it would time the test by the host).
+    let machine_tmp = home.parent().context("machine")?.join("tmp");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&machine_tmp, std::fs::Permissions::from_mode(0o1777))?;
+    }
     let token = std::fs::read_to_string(&token_file)?.trim().to_string();
     let mut spec = fake_gitlab::control::JobSpec::new(&r.pool.upstream_token, THIEF);
     spec.variables.push(fake_gitlab::control::JobVariable::new(
         "TOKEN_FILE",
         token_file.to_string_lossy(),
+    ));
+    spec.variables.push(fake_gitlab::control::JobVariable::new(
+        "MACHINE_TMP",
+        machine_tmp.to_string_lossy(),
     ));
     spec.variables.push(fake_gitlab::control::JobVariable::new(
         "AUTOSCALER_URL",
