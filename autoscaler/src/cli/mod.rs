@@ -245,15 +245,9 @@ fn check_provisioner(
             destroy: t,
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(check::check(options));
     print_report(&result.to_string());
@@ -267,6 +261,18 @@ fn check_provisioner(
 #[allow(clippy::print_stdout)]
 fn print_report(text: &str) {
     println!("{text}");
+}
+
+/// The multi-threaded runtime `run` and `provisioner check` work on; a failure to make one is
+/// reported and becomes the exit code.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            report(&format!("cannot start the async runtime: {e}"));
+            ExitCode::FAILURE
+        })
 }
 
 #[allow(clippy::print_stderr)]

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use super::{exit, report};
+use super::{exit, report, runtime};
 use crate::config::Config;
 use crate::service::{self, ServiceError, Shutdown};
 use crate::store::StoreError;
@@ -13,15 +13,9 @@ use crate::telemetry;
 pub(super) fn run(config: Config) -> ExitCode {
     // Dropped last (after the runtime), so that every line logged is written before exit.
     let _log_writer = telemetry::init(&config.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
-        Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let shutdown = Shutdown::default();
