@@ -96,11 +96,26 @@ impl PipelinePlace {
 pub struct PipelineForecast {
     /// Jobs of the next stages expected to be pending within the lead time asked about.
     pub jobs_due: u32,
+    /// Of `jobs_due`, the slots their own pipelines' running jobs hold: GitLab makes a stage
+    /// pending when the jobs of the stage before it end, so those slots are free by then
+    /// ([`Self::to_hold`]). At most each pipeline's next-stage jobs.
+    pub freed: u32,
     /// Pipelines whose next stage was counted.
     pub pipelines: u32,
     /// Jobs of next stages GitLab made pending (the stage before them ended) that have not
     /// reached the pool yet: part of GitLab's queue, not of `jobs_due`.
     pub released: u32,
+}
+
+impl PipelineForecast {
+    /// The free slots to hold for the next stages: their jobs due, less the slots the stages
+    /// before them will free as they end. A machine that ends a stage's job is kept for the
+    /// next stage (it idles at most until the stage ends, a lead time at most once the stage is
+    /// due within the horizon) rather than a new one made beside it, which would boot for
+    /// nothing while the freed one idled out.
+    pub fn to_hold(&self) -> u32 {
+        self.jobs_due.saturating_sub(self.freed)
+    }
 }
 
 /// How far a forecast looks: the pool's lead time (a released stage is held at most that long
@@ -232,6 +247,7 @@ impl PipelineTracker {
                     out.released = out.released.saturating_add(due.jobs);
                 } else if due.at <= now.saturating_add(horizon.ahead) {
                     out.jobs_due = out.jobs_due.saturating_add(due.jobs);
+                    out.freed = out.freed.saturating_add(due.freed.min(due.jobs));
                     out.pipelines += 1;
                 }
             }
@@ -291,6 +307,8 @@ impl PipelineTracker {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Due {
     jobs: u32,
+    /// Slots in scope the stage before them holds now: free when they become pending.
+    freed: u32,
     at: Millis,
     released: bool,
 }
@@ -334,6 +352,7 @@ fn next_stage_due(
     }
     Some(Due {
         jobs,
+        freed: current.running_in(scope),
         at,
         released: false,
     })
@@ -361,6 +380,7 @@ fn released(
     }
     Some(Due {
         jobs: jobs.saturating_sub(run.arrived_of(next)),
+        freed: 0,
         at: end,
         released: true,
     })

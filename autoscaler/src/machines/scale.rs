@@ -103,7 +103,7 @@ impl PoolController {
             .pipeline_learning()
             .tracker
             .forecast_for(pass.now, horizon, scope);
-        let (pipeline_jobs, pipeline_released) = (pipelines.jobs_due, pipelines.released);
+        let (pipeline_jobs, pipeline_released) = (pipelines.to_hold(), pipelines.released);
         if !is_default {
             return Forecast {
                 rises: Rises::default(),

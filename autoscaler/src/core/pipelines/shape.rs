@@ -154,6 +154,19 @@ pub struct StageRun {
     classes: BTreeMap<String, u32>,
 }
 
+impl StageRun {
+    /// Its running jobs whose slots are in `scope`: for a class, only when the whole stage went
+    /// to it (running jobs are not told apart by class).
+    pub fn running_in(&self, scope: ClassScope<'_>) -> u32 {
+        let mine = match scope {
+            ClassScope::All => true,
+            ClassScope::Class { is_default, .. } if self.classes.is_empty() => is_default,
+            ClassScope::Class { name, .. } => self.classes.keys().all(|class| class == name),
+        };
+        if mine { self.running } else { 0 }
+    }
+}
+
 /// A pipeline in flight.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {

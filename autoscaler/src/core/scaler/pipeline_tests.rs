@@ -123,14 +123,64 @@ fn a_learned_pipeline_makes_machines_one_lead_time_ahead() {
     let building = [machine("builder", 1)];
     let plan_at = |now| {
         let f = Forecast {
-            pipeline_jobs: t.forecast(now, lead).jobs_due,
+            pipeline_jobs: t.forecast(now, lead).to_hold(),
             ..forecast(0, 0, 0)
         };
         run(&building, &DEMAND, f, now)
     };
     assert_eq!(plan_at(at + 4 * minute - 1).create, 0);
+    // Eight test jobs come when the build ends; the builder's machine is free then and takes
+    // one of them, so seven are made.
     let ahead = plan_at(at + 4 * minute);
-    assert_eq!((ahead.create, ahead.reason), (8, Reason::PipelineForecast));
+    assert_eq!((ahead.create, ahead.reason), (7, Reason::PipelineForecast));
+    let f = t.forecast(at + 4 * minute, lead);
+    assert_eq!((f.jobs_due, f.freed, f.to_hold()), (8, 1, 7));
+}
+
+/// A stage's machines serve the stage after it: as its jobs end, the machines they free are
+/// kept for the next stage's jobs, and only the jobs beyond them are made machines for.
+#[test]
+fn the_slots_a_stage_frees_are_held_for_the_next_stage() {
+    let (minute, lead) = (60_000, 60_000);
+    let mut t = PipelineTracker::default();
+    let job = |pipeline, stage, name| StagedJob {
+        project: "app",
+        pipeline,
+        stage,
+        name,
+        class: None,
+    };
+    let tests: Vec<String> = (1..=8).map(|i| format!("test {i}/8")).collect();
+    let mut at = 0;
+    for id in 1..=4 {
+        for name in &tests {
+            t.job_started(job(id, "test", name), at);
+        }
+        at += 10 * minute;
+        if id == 4 {
+            break;
+        }
+        for name in &tests {
+            t.job_ended(job(id, "test", name), at);
+        }
+        t.job_started(job(id, "deploy", "staging"), at);
+        t.job_started(job(id, "deploy", "production"), at);
+        at += 2 * minute;
+        t.job_ended(job(id, "deploy", "staging"), at);
+        t.job_ended(job(id, "deploy", "production"), at);
+    }
+    // Pipeline 4's tests all run a minute before they are due to end: the two deploy jobs
+    // will find eight free slots, so none is held.
+    let due = at;
+    let f = t.forecast(due - minute, lead);
+    assert_eq!((f.jobs_due, f.freed, f.to_hold()), (2, 2, 0));
+    // Seven ended early: the last test's slot frees as the deploys come, one more is held
+    // (the freed machine the planner keeps, or one made).
+    for name in &tests[..7] {
+        t.job_ended(job(4, "test", name), due - 2 * minute);
+    }
+    let f = t.forecast(due - minute, lead);
+    assert_eq!((f.jobs_due, f.freed, f.to_hold()), (2, 1, 1));
 }
 
 proptest! {

@@ -54,7 +54,7 @@ impl Sim<'_> {
             .forecast(now, policy.idle_time, policy.target_wait);
         let horizon = forecast.pipeline_horizon(policy.target_wait, TICK);
         let pipelines = self.pipelines.forecast_for(now, horizon, ClassScope::All);
-        forecast.pipeline_jobs = pipelines.jobs_due;
+        forecast.pipeline_jobs = pipelines.to_hold();
         forecast.pipeline_released = pipelines.released;
         let plan = scaler::plan(&PlanInput {
             machines: &views,
