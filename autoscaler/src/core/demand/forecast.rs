@@ -16,9 +16,10 @@ pub struct Forecast {
     /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
     /// of the payload minus the job handed out), while that report is fresh.
     pub gitlab_backlog: u32,
-    /// Jobs of pipelines' next stages expected pending within `lead_time`
-    /// (`core::pipelines`; 0 where no pipeline is known). Set by the caller, who feeds the
-    /// pipeline tracker: this tracker does not know pipelines.
+    /// Jobs of pipelines' next stages expected pending within `lead_time`, less the slots the
+    /// stages before them hold, which are free by then (`PipelineForecast::to_hold`; 0 where no
+    /// pipeline is known). Set by the caller, who feeds the pipeline tracker: this tracker does
+    /// not know pipelines.
     pub pipeline_jobs: u32,
     /// Jobs of pipelines' next stages GitLab made pending that have not reached the pool yet
     /// (`core::pipelines`, `PipelineForecast::released`): part of GitLab's queue, like
