@@ -89,6 +89,22 @@ fn an_idle_machine_the_next_stage_needs_is_kept() {
     );
 }
 
+/// A job of pipeline `pipeline` of the project "app".
+fn app_job<'a>(pipeline: u64, stage: &'a str, name: &'a str) -> StagedJob<'a> {
+    StagedJob {
+        project: "app",
+        pipeline,
+        stage,
+        name,
+        class: None,
+    }
+}
+
+/// The names of a stage of eight test jobs.
+fn eight_tests() -> Vec<String> {
+    (1..=8).map(|i| format!("test {i}/8")).collect()
+}
+
 /// The tracker and the planner together: a project's pipelines (a 5-minute build, then eight
 /// tests) are learned; a new build's tests are made for a lead time before the build ends,
 /// not earlier.
@@ -96,28 +112,21 @@ fn an_idle_machine_the_next_stage_needs_is_kept() {
 fn a_learned_pipeline_makes_machines_one_lead_time_ahead() {
     let (minute, lead) = (60_000, 60_000);
     let mut t = PipelineTracker::default();
-    let job = |pipeline, stage, name| StagedJob {
-        project: "app",
-        pipeline,
-        stage,
-        name,
-        class: None,
-    };
-    let tests: Vec<String> = (1..=8).map(|i| format!("test {i}/8")).collect();
+    let tests = eight_tests();
     let mut at = 0;
     for id in 1..=4 {
-        t.job_started(job(id, "build", "compile"), at);
+        t.job_started(app_job(id, "build", "compile"), at);
         if id == 4 {
             break;
         }
         at += 5 * minute;
-        t.job_ended(job(id, "build", "compile"), at);
+        t.job_ended(app_job(id, "build", "compile"), at);
         for name in &tests {
-            t.job_started(job(id, "test", name), at);
+            t.job_started(app_job(id, "test", name), at);
         }
         at += 10 * minute;
         for name in &tests {
-            t.job_ended(job(id, "test", name), at);
+            t.job_ended(app_job(id, "test", name), at);
         }
     }
     let building = [machine("builder", 1)];
@@ -137,37 +146,31 @@ fn a_learned_pipeline_makes_machines_one_lead_time_ahead() {
     assert_eq!((f.jobs_due, f.freed, f.to_hold()), (8, 1, 7));
 }
 
-/// A stage's machines serve the stage after it: as its jobs end, the machines they free are
-/// kept for the next stage's jobs, and only the jobs beyond them are made machines for.
+/// A stage's slots count for the stage after it: of the next stage's jobs due, those the
+/// current stage's running jobs will free are not held, and each of its jobs that ends early
+/// adds one held slot back (the one it freed, for the planner to keep).
 #[test]
 fn the_slots_a_stage_frees_are_held_for_the_next_stage() {
     let (minute, lead) = (60_000, 60_000);
     let mut t = PipelineTracker::default();
-    let job = |pipeline, stage, name| StagedJob {
-        project: "app",
-        pipeline,
-        stage,
-        name,
-        class: None,
-    };
-    let tests: Vec<String> = (1..=8).map(|i| format!("test {i}/8")).collect();
+    let tests = eight_tests();
     let mut at = 0;
     for id in 1..=4 {
         for name in &tests {
-            t.job_started(job(id, "test", name), at);
+            t.job_started(app_job(id, "test", name), at);
         }
         at += 10 * minute;
         if id == 4 {
             break;
         }
         for name in &tests {
-            t.job_ended(job(id, "test", name), at);
+            t.job_ended(app_job(id, "test", name), at);
         }
-        t.job_started(job(id, "deploy", "staging"), at);
-        t.job_started(job(id, "deploy", "production"), at);
+        t.job_started(app_job(id, "deploy", "staging"), at);
+        t.job_started(app_job(id, "deploy", "production"), at);
         at += 2 * minute;
-        t.job_ended(job(id, "deploy", "staging"), at);
-        t.job_ended(job(id, "deploy", "production"), at);
+        t.job_ended(app_job(id, "deploy", "staging"), at);
+        t.job_ended(app_job(id, "deploy", "production"), at);
     }
     // Pipeline 4's tests all run a minute before they are due to end: the two deploy jobs
     // will find eight free slots, so none is held.
@@ -177,7 +180,7 @@ fn the_slots_a_stage_frees_are_held_for_the_next_stage() {
     // Seven ended early: the last test's slot frees as the deploys come, one more is held
     // (the freed machine the planner keeps, or one made).
     for name in &tests[..7] {
-        t.job_ended(job(4, "test", name), due - 2 * minute);
+        t.job_ended(app_job(4, "test", name), due - 2 * minute);
     }
     let f = t.forecast(due - minute, lead);
     assert_eq!((f.jobs_due, f.freed, f.to_hold()), (2, 1, 1));
