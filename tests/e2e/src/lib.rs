@@ -6,6 +6,7 @@ pub mod chaos;
 pub mod counting;
 pub mod openapi;
 pub mod pool_spec;
+pub mod ports;
 pub mod process;
 pub mod python_runner;
 pub mod recording;

@@ -9,6 +9,7 @@ use fake_gitlab::control::Client;
 use tokio::process::Command;
 
 pub use crate::pool_spec::PoolSpec;
+use crate::ports;
 pub use crate::process::repo_root;
 use crate::process::{Proc, binary};
 
@@ -145,23 +146,30 @@ impl Autoscaler {
             std::fs::write(dir.join("admin.token"), format!("{token}\n"))?;
         }
         let config_path = dir.join("autoscaler.toml");
-        std::fs::write(
-            &config_path,
-            config_toml("127.0.0.1:0", "127.0.0.1:0", gitlab_url, pools, extra),
-        )?;
         let wrap: Vec<String> = extra.wrap.iter().map(|s| (*s).to_string()).collect();
         let log_file = extra.log_file.map(Path::to_path_buf);
-        let (proc, url, admin_url) =
-            spawn_autoscaler(&config_path, &env, &wrap, log_file.as_deref()).await?;
-        // Later restarts keep the ports, as a real deployment does: sidecars know this URL.
-        let listen = url
-            .trim_start_matches("https://")
-            .trim_start_matches("http://");
-        let admin = admin_url.trim_start_matches("http://");
-        std::fs::write(
-            &config_path,
-            config_toml(listen, admin, gitlab_url, pools, extra),
-        )?;
+        // Fixed ports below the ephemeral range, which restarts keep, as a real deployment
+        // does (sidecars know this URL); see `ports`. Another test may take a port between
+        // the check and the bind: then the start is tried again on new ones.
+        let mut attempts = 0;
+        let (proc, url, admin_url) = loop {
+            let [api, admin] = ports::two_below_ephemeral_range()?;
+            let (listen, admin_listen) = (format!("127.0.0.1:{api}"), format!("127.0.0.1:{admin}"));
+            std::fs::write(
+                &config_path,
+                config_toml(&listen, &admin_listen, gitlab_url, pools, extra),
+            )?;
+            match spawn_autoscaler(&config_path, &env, &wrap, log_file.as_deref()).await {
+                Ok(started) => break started,
+                Err(e) if attempts < 3 && !(ports::is_free(api) && ports::is_free(admin)) => {
+                    attempts += 1;
+                    eprintln!(
+                        "port {api} or {admin} was taken before the autoscaler bound it: {e:#}"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Ok(Self {
             proc,
             url,
