@@ -290,63 +290,6 @@ fn memory_is_bounded_and_the_least_recently_seen_go() {
 }
 
 #[test]
-fn each_class_holds_for_the_next_stage_jobs_that_route_to_it() {
-    // Six test jobs route to `small` and two to `large` (say, the integration tests).
-    let mut t = PipelineTracker::default();
-    let mut at = 0;
-    for id in 1..=3 {
-        let build = StagedJob {
-            class: Some("small"),
-            ..job("app", id, "build", "compile")
-        };
-        t.job_started(build, at);
-        at += 5 * MINUTE;
-        t.job_ended(build, at);
-        for n in 0..8 {
-            let name = format!("test {n}");
-            let class = if n < 6 { "small" } else { "large" };
-            let test = StagedJob {
-                class: Some(class),
-                ..job("app", id, "test", &name)
-            };
-            t.job_started(test, at);
-            t.job_ended(test, at + MINUTE);
-        }
-        at += MINUTE;
-    }
-    t.job_started(
-        StagedJob {
-            class: Some("small"),
-            ..job("app", 4, "build", "compile")
-        },
-        at,
-    );
-    let due = |scope| {
-        t.forecast_for(at + 5 * MINUTE, Horizon::lead(LEAD), scope)
-            .jobs_due
-    };
-    let class = |name, is_default| ClassScope::Class { name, is_default };
-    assert_eq!(due(class("small", true)), 6);
-    assert_eq!(due(class("large", false)), 2);
-    assert_eq!(due(class("gpu", false)), 0);
-    assert_eq!(due(ClassScope::All), 8);
-}
-
-#[test]
-fn a_stage_learned_without_classes_is_held_in_the_default_class() {
-    let mut t = PipelineTracker::default();
-    let start = learn(&mut t, "app", &FANOUT);
-    start_stage(&mut t, "app", 4, FANOUT[0], start);
-    let due = |scope| {
-        t.forecast_for(start + 5 * MINUTE, Horizon::lead(LEAD), scope)
-            .jobs_due
-    };
-    let class = |name, is_default| ClassScope::Class { name, is_default };
-    assert_eq!(due(class("small", true)), 8);
-    assert_eq!(due(class("large", false)), 0);
-}
-
-#[test]
 fn what_gitlab_announces_replaces_the_learned_count() {
     let mut t = PipelineTracker::default();
     let start = learn(&mut t, "app", &FANOUT);
@@ -373,34 +316,4 @@ fn a_pipeline_gitlab_announces_nothing_for_holds_nothing() {
     assert_eq!(t.forecast(start + 5 * MINUTE - LEAD, LEAD).jobs_due, 0);
 }
 
-#[test]
-fn a_scheduled_run_is_held_for_in_the_default_class_until_its_pipeline_comes() {
-    let mut t = PipelineTracker::default();
-    let at = 120 * MINUTE;
-    t.schedules_listed("data", vec![at, at], 0);
-    let horizon = Horizon {
-        lead_time: LEAD,
-        ahead: LEAD,
-    };
-    let held = |t: &PipelineTracker, now, scope| t.forecast_for(now, horizon, scope).jobs_due;
-    assert_eq!(held(&t, at - LEAD - 1, ClassScope::All), 0, "not yet");
-    assert_eq!(held(&t, at - LEAD, ClassScope::All), 2);
-    let default = ClassScope::Class {
-        name: "small",
-        is_default: true,
-    };
-    let large = ClassScope::Class {
-        name: "large",
-        is_default: false,
-    };
-    assert_eq!(held(&t, at, default), 2);
-    assert_eq!(held(&t, at, large), 0, "no class is known of a run to come");
-    // The first scheduled pipeline's first job was held for; its second job was not.
-    assert!(t.scheduled_job_arrived("data", 7, at + 1_000));
-    assert!(!t.scheduled_job_arrived("data", 7, at + 1_000));
-    assert_eq!(held(&t, at + 1_000, ClassScope::All), 1);
-    assert!(
-        !t.scheduled_job_arrived("web", 8, at),
-        "a project without schedules"
-    );
-}
+mod classes;
