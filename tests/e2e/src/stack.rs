@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use fake_gitlab::control::Client;
 use tokio::process::Command;
 
@@ -12,6 +12,12 @@ pub use crate::pool_spec::PoolSpec;
 use crate::ports;
 pub use crate::process::repo_root;
 use crate::process::{Proc, binary};
+pub use sidecar::{Sidecar, register_sidecar};
+pub use system::System;
+
+mod admin;
+mod sidecar;
+mod system;
 
 /// The fake GitLab, as a process.
 #[derive(Debug)]
@@ -206,97 +212,6 @@ impl Autoscaler {
         self.proc = proc;
         Ok(())
     }
-
-    /// Waits until the autoscaler reports that its graceful shutdown began (`/healthz` 503).
-    pub async fn wait_draining(&self, within: Duration) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let status = self.admin_get("/healthz").send().await?.status();
-            if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the autoscaler did not start draining within {within:?} (healthz {status})");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// A request to the admin API, with its token when there is one.
-    pub fn admin_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let request = reqwest::Client::new().request(method, format!("{}{path}", self.admin_url));
-        match &self.admin_token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
-        }
-    }
-
-    pub fn admin_get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.admin_request(reqwest::Method::GET, path)
-    }
-
-    pub fn config_path(&self) -> &Path {
-        &self.config_path
-    }
-
-    /// The machines the autoscaler knows (all pools), from its admin API.
-    pub async fn machines(&self) -> Result<Vec<autoscaler::store::MachineRecord>> {
-        Ok(self
-            .admin_get("/machines")
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
-    }
-
-    /// Waits until `done` holds for the machines (all pools), awaiting each change through the
-    /// admin API's long poll; fails with the last list after `within`.
-    pub async fn wait_machines(
-        &self,
-        within: Duration,
-        what: &str,
-        done: impl Fn(&[autoscaler::store::MachineRecord]) -> bool,
-    ) -> Result<Vec<autoscaler::store::MachineRecord>> {
-        let deadline = tokio::time::Instant::now() + within;
-        let mut after: Option<u64> = None;
-        loop {
-            let path = match after {
-                None => "/machines".to_string(),
-                Some(v) => format!("/machines?after={v}&timeout_ms=5000"),
-            };
-            let response = self.admin_get(&path).send().await?.error_for_status()?;
-            let version = response
-                .headers()
-                .get("x-version")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let list: Vec<autoscaler::store::MachineRecord> = response.json().await?;
-            if done(&list) {
-                return Ok(list);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                let summary: Vec<String> = list
-                    .iter()
-                    .map(|m| format!("{} {} {:?}", m.id, m.state, m.reason))
-                    .collect();
-                bail!("{what}: not reached within {within:?}; machines: {summary:?}");
-            }
-            after = Some(version);
-        }
-    }
-
-    /// The pools' status, from the admin API.
-    pub async fn pools(&self) -> Result<Vec<autoscaler::admin::PoolStatus>> {
-        Ok(self
-            .admin_get("/pools")
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?)
-    }
 }
 
 async fn spawn_autoscaler(
@@ -361,63 +276,4 @@ fn config_toml(
         ));
     }
     toml
-}
-
-/// Registers a sidecar with a pool's registration token, the way `gitlab-runner register`
-/// does (`POST /api/v4/runners`), and returns its runner token.
-pub async fn register_sidecar(
-    autoscaler_url: &str,
-    registration_token: &str,
-    description: &str,
-) -> Result<String> {
-    let response = reqwest::Client::new()
-        .post(format!("{autoscaler_url}/api/v4/runners"))
-        .json(&serde_json::json!({"token": registration_token, "description": description}))
-        .send()
-        .await?;
-    if response.status() != reqwest::StatusCode::CREATED {
-        bail!("registration answered {}", response.status());
-    }
-    let body: serde_json::Value = response.json().await?;
-    body["token"]
-        .as_str()
-        .map(str::to_string)
-        .context("registration answer without a token")
-}
-
-/// A built-in sidecar process.
-#[derive(Debug)]
-pub struct Sidecar {
-    pub proc: Proc,
-}
-
-impl Sidecar {
-    /// Starts `sidecar run` against `url` with `token`, running up to `concurrent` jobs at once.
-    pub fn start(
-        name: &str,
-        url: &str,
-        token: &str,
-        concurrent: u32,
-        builds_dir: &Path,
-    ) -> Result<Self> {
-        let mut command = Command::new(binary("sidecar")?);
-        command
-            .arg("run")
-            .args(["--url", url, "--token", token])
-            .args(["--concurrent", &concurrent.to_string()])
-            .arg("--builds-dir")
-            .arg(builds_dir)
-            .args(["--check-interval", "1s"]);
-        if std::env::var_os("RUST_LOG").is_none() {
-            command.env("RUST_LOG", "warn");
-        }
-        Ok(Self {
-            proc: Proc::spawn(name, command)?,
-        })
-    }
-
-    pub async fn stop(&mut self) -> Result<()> {
-        self.proc.stop(Duration::from_secs(30)).await?;
-        Ok(())
-    }
 }

@@ -13,17 +13,7 @@ use e2e::stack::repo_root;
 /// A pool on the counting wrapper of the local provisioner, with the given scaling and sidecar
 /// keys and extra provisioner environment.
 async fn rig(scaling: &str, sidecar: &str, extra_env: &[(&str, &str)]) -> Result<CountingRig> {
-    rig_on(&[], scaling, sidecar, extra_env).await
-}
-
-/// `rig` with more arguments for the fake GitLab.
-async fn rig_on(
-    gitlab_args: &[&str],
-    scaling: &str,
-    sidecar: &str,
-    extra_env: &[(&str, &str)],
-) -> Result<CountingRig> {
-    counting::rig_with_sidecar(gitlab_args, (scaling, "", sidecar), extra_env, None).await
+    counting::rig_with_sidecar(&[], (scaling, "", sidecar), extra_env, None).await
 }
 
 /// Printed by a job: its builds directory, which is its sidecar's own (jobs run as a job user
@@ -350,67 +340,5 @@ async fn gitlab_runner_mode_writes_a_config_a_runner_can_use() -> Result<()> {
         runner["limit"].as_integer() == Some(2) && config["concurrent"].as_integer() == Some(2)
     );
     ensure!(machine.sidecar.is_some());
-    Ok(())
-}
-
-/// A shutdown waits for the requests in flight to GitLab (a dropped one could strand a job GitLab
-/// already assigned), so these tests hold GitLab's long polls for 5 s instead of 50 s.
-const SHORT_LONG_POLL: &[&str] = &["--long-poll", "5s"];
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machines_outlive_a_restart_and_their_sidecars_carry_on() -> Result<()> {
-    let mut r = rig_on(
-        SHORT_LONG_POLL,
-        "max_machines = 1\nidle_count = 1\nidle_time = \"60s\"",
-        "mode = \"builtin\"",
-        &[],
-    )
-    .await?;
-    let before = r.one_ready_machine().await?;
-    let status = r.autoscaler.proc.stop(WITHIN).await?;
-    ensure!(status.success(), "{status}");
-    ensure!(
-        r.provider_list()?.len() == 1,
-        "a stopped autoscaler keeps its machines by default"
-    );
-
-    r.autoscaler.restart().await?;
-    let id = r.enqueue_script(&["echo on the kept machine"]).await?;
-    r.finish(id).await?;
-    let (created, _, alive) = r.machine_counts()?;
-    ensure!(
-        created == 1 && alive == 1,
-        "the job ran on the kept machine: {created} created, {alive} alive"
-    );
-    let after = r.one_ready_machine().await?;
-    ensure!(after.id == before.id, "{} became {}", before.id, after.id);
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_on_shutdown_destroys_the_pools_machines() -> Result<()> {
-    let mut r = rig_on(
-        SHORT_LONG_POLL,
-        "max_machines = 2\nidle_count = 2\nidle_time = \"60s\"\ndelete_on_shutdown = true",
-        "mode = \"builtin\"",
-        &[],
-    )
-    .await?;
-    r.autoscaler
-        .wait_machines(WITHIN, "two idle machines ready", |l| {
-            l.iter().filter(|m| m.state == MachineState::Ready).count() == 2
-        })
-        .await?;
-    let status = r.autoscaler.proc.stop(WITHIN).await?;
-    ensure!(status.success(), "{status}");
-    let (created, _, alive) = r.machine_counts()?;
-    ensure!(
-        created == 2 && alive == 0,
-        "{created} created, {alive} still alive"
-    );
-    ensure!(
-        r.provider_list()?.is_empty(),
-        "the provider still lists machines"
-    );
     Ok(())
 }

@@ -5,78 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, Sidecar, register_sidecar};
+use e2e::stack::{System, register_sidecar};
 use e2e::unzip;
-use fake_gitlab::control::{
-    ArtifactSpec, FaultAction, FaultRule, JobSpec, JobStatus, JobVariable, JobView,
-};
-use tempfile::TempDir;
-
-const JOB_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// A fake GitLab, an autoscaler with one pool, and `n` built-in sidecars registered to it.
-struct System {
-    gitlab: FakeGitLab,
-    autoscaler: Autoscaler,
-    pool: PoolSpec,
-    _sidecars: Vec<Sidecar>,
-    _dir: TempDir,
-}
-
-async fn system(n: usize, gitlab_args: &[&str]) -> Result<System> {
-    let dir = tempfile::tempdir()?;
-    let gitlab = FakeGitLab::start(gitlab_args).await?;
-    let pool = PoolSpec::new("default");
-    gitlab.add_runner(&pool.upstream_token).await?;
-    let autoscaler = Autoscaler::start(
-        &dir.path().join("autoscaler"),
-        &gitlab.url,
-        std::slice::from_ref(&pool),
-        "long_poll_timeout = \"20s\"",
-    )
-    .await?;
-    let mut sidecars = Vec::new();
-    for i in 0..n {
-        let token = register_sidecar(
-            &autoscaler.url,
-            &pool.registration_token,
-            &format!("sidecar-{i}"),
-        )
-        .await?;
-        let builds = dir.path().join(format!("builds-{i}"));
-        sidecars.push(Sidecar::start(
-            &format!("sidecar-{i}"),
-            &autoscaler.url,
-            &token,
-            1,
-            &builds,
-        )?);
-    }
-    Ok(System {
-        gitlab,
-        autoscaler,
-        pool,
-        _sidecars: sidecars,
-        _dir: dir,
-    })
-}
-
-impl System {
-    fn spec(&self, script: &[&str]) -> JobSpec {
-        JobSpec::new(&self.pool.upstream_token, script)
-    }
-
-    async fn enqueue(&self, spec: &JobSpec) -> Result<u64> {
-        Ok(self.gitlab.control.enqueue(spec).await?.id)
-    }
-
-    async fn finish(&self, id: u64) -> Result<(JobView, String)> {
-        let view = self.gitlab.control.wait_final(id, JOB_TIMEOUT).await?;
-        let trace = String::from_utf8(self.gitlab.control.trace(id).await?)
-            .context("trace is not UTF-8")?;
-        Ok((view, trace))
-    }
-}
+use fake_gitlab::control::{ArtifactSpec, FaultAction, FaultRule, JobStatus, JobVariable, JobView};
 
 /// What a user checks of a finished job: its state, and that GitLab holds exactly the trace the
 /// runner produced (the runner's checksum and size of what it sent match what GitLab stored).
@@ -114,7 +45,7 @@ enum Kind {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
-    let sys = system(4, &["--trace-update-interval", "1"]).await?;
+    let sys = System::start(4, &["--trace-update-interval", "1"]).await?;
 
     // Ten producers with artifacts, and thirty jobs of other kinds, all at once.
     let mut producers = Vec::new();
@@ -298,7 +229,7 @@ async fn fifty_jobs_of_mixed_kinds_flow_through_four_sidecars() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_graceful() -> Result<()>
 {
-    let sys = system(2, &["--trace-update-interval", "1"]).await?;
+    let sys = System::start(2, &["--trace-update-interval", "1"]).await?;
     let mut spec = sys.spec(&[
         "for n in $(seq 1 240); do echo \"tick $n\"; sleep 0.25; done",
         "echo never",
@@ -308,8 +239,10 @@ async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_grace
     let forced = sys.enqueue(&spec).await?;
     // Started on their sidecars (running at GitLab alone means only that the autoscaler took
     // them: GitLab runs jobs from hand-out).
-    sys.gitlab.wait_started(graceful, JOB_TIMEOUT).await?;
-    sys.gitlab.wait_started(forced, JOB_TIMEOUT).await?;
+    sys.gitlab
+        .wait_started(graceful, System::JOB_TIMEOUT)
+        .await?;
+    sys.gitlab.wait_started(forced, System::JOB_TIMEOUT).await?;
 
     // The autoscaler advertises the sidecars' `cancel_gracefully`, so GitLab cancels gracefully.
     assert_eq!(
@@ -340,7 +273,7 @@ async fn a_job_canceled_while_running_ends_canceled_after_script_only_when_grace
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitlab_answering_502_for_20_seconds_loses_no_job_and_no_trace_byte() -> Result<()> {
-    let sys = system(4, &["--trace-update-interval", "1"]).await?;
+    let sys = System::start(4, &["--trace-update-interval", "1"]).await?;
     let mut ids = Vec::new();
     for i in 0..8 {
         let spec = sys.spec(&[&format!(
@@ -351,7 +284,7 @@ async fn gitlab_answering_502_for_20_seconds_loses_no_job_and_no_trace_byte() ->
     // In the middle of the run: the first wave is running, the second is still queued.
     sys.gitlab
         .control
-        .wait_running(ids[0].1, JOB_TIMEOUT)
+        .wait_running(ids[0].1, System::JOB_TIMEOUT)
         .await?;
     sys.gitlab
         .control
@@ -386,7 +319,7 @@ async fn gitlab_answering_502_for_20_seconds_loses_no_job_and_no_trace_byte() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gitlab_runner_crate_completes_jobs_through_the_autoscaler() -> Result<()> {
-    let sys = system(0, &[]).await?;
+    let sys = System::start(0, &[]).await?;
     let token = register_sidecar(
         &sys.autoscaler.url,
         &sys.pool.registration_token,

@@ -1,10 +1,13 @@
 //! Graceful shutdown with real processes: the first SIGTERM stops intake and lets running jobs
-//! finish; a second exits at once, and the next start carries the job on.
+//! finish; a second exits at once, and the next start carries the job on. A pool's machines
+//! outlive a stop and a restart, unless `delete_on_shutdown` asks for them to go.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
+use autoscaler::core::machine::MachineState;
+use e2e::counting;
 use e2e::stack::{Autoscaler, FakeGitLab, PoolSpec, Sidecar, register_sidecar};
 use fake_gitlab::control::{JobSpec, JobStatus};
 use nix::sys::signal::Signal;
@@ -205,4 +208,77 @@ async fn receive_until(socket: &tokio::net::UnixDatagram, wanted: &str) -> Resul
         }
         seen.push(message);
     }
+}
+
+// What becomes of a pool's machines when the autoscaler stops: kept by default (a restart
+// carries on with them), destroyed with `delete_on_shutdown`.
+
+/// A shutdown waits for the requests in flight to GitLab (a dropped one could strand a job GitLab
+/// already assigned), so these tests hold GitLab's long polls for 5 s instead of 50 s.
+const SHORT_LONG_POLL: &[&str] = &["--long-poll", "5s"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_outlive_a_restart_and_their_sidecars_carry_on() -> Result<()> {
+    let mut r = counting::rig_with_sidecar(
+        SHORT_LONG_POLL,
+        (
+            "max_machines = 1\nidle_count = 1\nidle_time = \"60s\"",
+            "",
+            "mode = \"builtin\"",
+        ),
+        &[],
+        None,
+    )
+    .await?;
+    let before = r.one_ready_machine().await?;
+    let status = r.autoscaler.proc.stop(counting::WITHIN).await?;
+    ensure!(status.success(), "{status}");
+    ensure!(
+        r.provider_list()?.len() == 1,
+        "a stopped autoscaler keeps its machines by default"
+    );
+
+    r.autoscaler.restart().await?;
+    let id = r.enqueue_script(&["echo on the kept machine"]).await?;
+    r.finish(id).await?;
+    let (created, _, alive) = r.machine_counts()?;
+    ensure!(
+        created == 1 && alive == 1,
+        "the job ran on the kept machine: {created} created, {alive} alive"
+    );
+    let after = r.one_ready_machine().await?;
+    ensure!(after.id == before.id, "{} became {}", before.id, after.id);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_on_shutdown_destroys_the_pools_machines() -> Result<()> {
+    let mut r = counting::rig_with_sidecar(
+        SHORT_LONG_POLL,
+        (
+            "max_machines = 2\nidle_count = 2\nidle_time = \"60s\"\ndelete_on_shutdown = true",
+            "",
+            "mode = \"builtin\"",
+        ),
+        &[],
+        None,
+    )
+    .await?;
+    r.autoscaler
+        .wait_machines(counting::WITHIN, "two idle machines ready", |l| {
+            l.iter().filter(|m| m.state == MachineState::Ready).count() == 2
+        })
+        .await?;
+    let status = r.autoscaler.proc.stop(counting::WITHIN).await?;
+    ensure!(status.success(), "{status}");
+    let (created, _, alive) = r.machine_counts()?;
+    ensure!(
+        created == 2 && alive == 0,
+        "{created} created, {alive} still alive"
+    );
+    ensure!(
+        r.provider_list()?.is_empty(),
+        "the provider still lists machines"
+    );
+    Ok(())
 }
