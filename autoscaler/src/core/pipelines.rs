@@ -30,6 +30,7 @@
 
 mod schedules;
 mod shape;
+mod stage_shape;
 
 use std::collections::BTreeMap;
 

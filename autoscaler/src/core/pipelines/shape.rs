@@ -7,137 +7,14 @@
 //! times are what the payloads tell, and a start's wait for a machine must not lengthen what
 //! is learned: the end of the previous job does not include it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::schedules::Schedules;
-use super::{ClassScope, MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, RECENT_PIPELINES, StagedJob};
+use super::stage_shape::StageShape;
+use super::{ClassScope, MAX_JOBS_PER_STAGE, MAX_RUNS, MAX_STAGES, StagedJob};
 use crate::core::Millis;
-
-/// The last [`RECENT_PIPELINES`] observations of one figure, one per pipeline: a pipeline that
-/// observes it again (another job of the stage started) replaces its own.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Recent<T> {
-    by_pipeline: VecDeque<(u64, T)>,
-}
-
-impl<T: Copy + Ord> Recent<T> {
-    pub fn record(&mut self, pipeline: u64, value: T) {
-        if let Some(seen) = self.by_pipeline.iter_mut().find(|(p, _)| *p == pipeline) {
-            seen.1 = value;
-            return;
-        }
-        if self.by_pipeline.len() == RECENT_PIPELINES {
-            self.by_pipeline.pop_front();
-        }
-        self.by_pipeline.push_back((pipeline, value));
-    }
-
-    /// The median (the lower one of an even count): one odd pipeline does not move it.
-    pub fn median(&self) -> Option<T> {
-        let mut values: Vec<T> = self.by_pipeline.iter().map(|&(_, v)| v).collect();
-        values.sort_unstable();
-        values.get(values.len().checked_sub(1)? / 2).copied()
-    }
-}
-
-/// What is learned of one stage of a project.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct StageShape {
-    last_seen: Millis,
-    durations: Recent<Millis>,
-    next: Option<NextStage>,
-}
-
-/// The stage seen following another, and its job counts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct NextStage {
-    name: String,
-    jobs: Recent<u32>,
-    /// Its jobs per machine class in its latest run (empty: none had a class). Shapes saved
-    /// before classes were learned read as empty.
-    #[serde(default)]
-    classes: BTreeMap<String, u32>,
-}
-
-impl StageShape {
-    /// How long the stage usually runs, until the next stage is pending.
-    pub fn usual_duration(&self) -> Option<Millis> {
-        self.durations.median()
-    }
-
-    /// The shortest of the recent durations: the earliest the next stage has come lately.
-    pub fn shortest_duration(&self) -> Option<Millis> {
-        self.durations.by_pipeline.iter().map(|&(_, d)| d).min()
-    }
-
-    /// The stage learned to follow it.
-    pub fn next_stage_name(&self) -> Option<&str> {
-        self.next.as_ref().map(|n| n.name.as_str())
-    }
-
-    /// How many jobs the stage after it usually has.
-    pub fn next_stage_jobs(&self) -> Option<u32> {
-        self.next.as_ref()?.jobs.median()
-    }
-
-    /// How many of the next stage's usual jobs are in `scope`: its usual count in the shares
-    /// its classes had in its latest run, rounded up (a class with one job of eight holds a
-    /// slot for it). A stage whose classes were never seen counts whole in the default class.
-    pub fn next_stage_jobs_in(&self, scope: ClassScope<'_>) -> Option<u32> {
-        let jobs = self.next_stage_jobs()?;
-        Some(self.share_in(scope, self.next.as_ref().map(|n| n.name.as_str()), jobs))
-    }
-
-    /// The share of `jobs` of stage `next` that is in `scope`: the shares of the classes of
-    /// the stage learned to follow, when that is `next`; otherwise, or with no class seen,
-    /// all of them in the default class.
-    pub fn share_in(&self, scope: ClassScope<'_>, next: Option<&str>, jobs: u32) -> u32 {
-        let ClassScope::Class { name, is_default } = scope else {
-            return jobs;
-        };
-        let learned = self.next.as_ref().filter(|n| Some(n.name.as_str()) == next);
-        let seen: u32 = learned.map_or(0, |n| n.classes.values().sum());
-        if seen == 0 {
-            return if is_default { jobs } else { 0 };
-        }
-        let mine = learned
-            .and_then(|n| n.classes.get(name))
-            .copied()
-            .unwrap_or(0);
-        let share = (u64::from(jobs) * u64::from(mine)).div_ceil(u64::from(seen));
-        u32::try_from(share).unwrap_or(u32::MAX)
-    }
-
-    /// Whether `name` is the stage learned to follow, with its duration and job count known.
-    pub fn is_followed_by(&self, name: &str) -> bool {
-        self.next.as_ref().is_some_and(|n| n.name == name)
-            && self.usual_duration().is_some()
-            && self.next_stage_jobs().is_some()
-    }
-
-    /// `name` followed this stage: a different stage than before starts its counts afresh
-    /// (the shape changed: a stage added or removed).
-    fn followed_by(&mut self, name: &str) {
-        if self.next.as_ref().is_none_or(|n| n.name != name) {
-            self.next = Some(NextStage {
-                name: name.to_string(),
-                jobs: Recent::default(),
-                classes: BTreeMap::new(),
-            });
-        }
-    }
-
-    /// The stage after this one, named `name`, had the jobs of `run` started in `pipeline`.
-    fn next_stage_had(&mut self, name: &str, pipeline: u64, run: &StageRun) {
-        if let Some(next) = self.next.as_mut().filter(|n| n.name == name) {
-            let jobs = u32::try_from(run.jobs.len()).unwrap_or(u32::MAX);
-            next.jobs.record(pipeline, jobs);
-            next.classes.clone_from(&run.classes);
-        }
-    }
-}
 
 /// A stage of a pipeline in flight.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -151,10 +28,15 @@ pub struct StageRun {
     pub(super) jobs: BTreeSet<String>,
     /// How many of those routed to each machine class.
     #[serde(default)]
-    classes: BTreeMap<String, u32>,
+    pub(super) classes: BTreeMap<String, u32>,
 }
 
 impl StageRun {
+    /// How many of its jobs started (a retried job counts once).
+    pub fn started(&self) -> u32 {
+        u32::try_from(self.jobs.len()).unwrap_or(u32::MAX)
+    }
+
     /// Its running jobs whose slots are in `scope`: for a class, only when the whole stage went
     /// to it (running jobs are not told apart by class).
     pub fn running_in(&self, scope: ClassScope<'_>) -> u32 {
@@ -305,7 +187,8 @@ impl ProjectShape {
         if let Some(previous) = previous
             && let Some(shape) = self.stages.get_mut(&previous)
         {
-            shape.next_stage_had(job.stage, job.pipeline, &self.runs[index].stages[position]);
+            let run = &self.runs[index].stages[position];
+            shape.next_stage_had(job.stage, job.pipeline, (run.started(), &run.classes));
         }
     }
 
@@ -356,9 +239,7 @@ impl ProjectShape {
         // No job ended since the previous stage began: the next one did not wait for it
         // (`needs: []`), which says nothing of its duration.
         if let Some(release) = release.filter(|&r| r >= previous.started_at) {
-            shape
-                .durations
-                .record(pipeline, release - previous.started_at);
+            shape.took(pipeline, release - previous.started_at);
         }
     }
 
@@ -368,14 +249,14 @@ impl ProjectShape {
             let stalest = self
                 .stages
                 .iter()
-                .min_by_key(|(_, s)| s.last_seen)
+                .min_by_key(|(_, s)| s.last_seen())
                 .map(|(n, _)| n.clone());
             if let Some(stalest) = stalest {
                 self.stages.remove(&stalest);
             }
         }
         let shape = self.stages.entry(name.to_string()).or_default();
-        shape.last_seen = shape.last_seen.max(at);
+        shape.seen(at);
         shape
     }
 
