@@ -15,6 +15,7 @@ mod queries;
 mod reconcile;
 mod scale;
 mod sources;
+mod teardown;
 
 pub use controller::{ControllerSettings, PoolController};
 pub use lifecycle::Reclaim;
