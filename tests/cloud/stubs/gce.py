@@ -31,6 +31,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from .gce_filter import matches, parse_filter
 from .httpstub import Request, Stub
 
 BASE = "https://www.googleapis.com/compute/v1"
@@ -38,7 +39,6 @@ NAME_RE = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 LABEL_KEY_RE = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_RE = re.compile(r"[a-z0-9_-]{0,63}")
 META_KEY_RE = re.compile(r"[a-zA-Z0-9_-]{1,128}")
-FILTER_TERM_RE = re.compile(r'\(?\s*([A-Za-z][\w.-]*)\s*(=|!=)\s*"([^"]*)"\s*\)?')
 
 
 def now_text() -> str:
@@ -395,32 +395,3 @@ class GceStub(Stub):
         if offset + size < len(rows):
             body["nextPageToken"] = base64.urlsafe_b64encode(str(offset + size).encode()).decode().rstrip("=")
         return 200, body, {}
-
-
-def parse_filter(text: str) -> list[tuple[str, str, str]]:
-    """`(a = "x") AND (b != "y")` (AND optional between terms) as [(field, op, value)]."""
-    terms: list[tuple[str, str, str]] = []
-    rest = text.strip()
-    while rest:
-        m = FILTER_TERM_RE.match(rest)
-        if not m:
-            raise ValueError(f"cannot parse at {rest[:30]!r}")
-        terms.append((m[1], m[2], m[3]))
-        rest = rest[m.end():].strip()
-        if rest.startswith("AND "):
-            rest = rest[4:].strip()
-        elif rest.startswith("OR "):
-            raise ValueError("OR is not supported by this stub")
-    return terms
-
-
-def matches(resource: dict[str, Any], terms: list[tuple[str, str, str]]) -> bool:
-    for field_name, op, value in terms:
-        if field_name.startswith("labels."):
-            actual = (resource.get("labels") or {}).get(field_name[len("labels."):])
-        else:
-            actual = resource.get(field_name)
-        equal = actual is not None and str(actual) == value
-        if (op == "=") != equal:
-            return False
-    return True
