@@ -5,7 +5,8 @@
 //! stops, any connection on the machine (another test's client, running in parallel) may be
 //! given that port, and the restart then fails with "Address already in use". A port below
 //! the range is handed out only to whoever asks for it by number, so it stays free across a
-//! restart.
+//! restart; below 20000 too, where the local provisioner's machines put their `sshd`
+//! (`LOCAL_PORT_RANGE`, 20000-39999 by default).
 
 use anyhow::{Context, Result, bail};
 use std::net::TcpListener;
@@ -23,13 +24,17 @@ pub fn is_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// A loopback port below the ephemeral range that is free now, from a random starting point
-/// so that tests running in parallel rarely try the same one.
+/// A loopback port from 10000 up to the ephemeral range or the local machines' `sshd` ports,
+/// whichever starts first, free now; from a random starting point so that tests running in
+/// parallel rarely try the same one.
 pub fn below_ephemeral_range() -> Result<u16> {
     const LOWEST: u16 = 10_000;
-    let floor = ephemeral_floor();
+    const LOCAL_SSHD_PORTS: u16 = 20_000;
+    let floor = ephemeral_floor().min(LOCAL_SSHD_PORTS);
     let Some(span) = floor.checked_sub(LOWEST).filter(|&s| s > 0) else {
-        bail!("the ephemeral port range starts at {floor}: no room below it for fixed ports");
+        bail!(
+            "no room for fixed ports between {LOWEST} and {floor} (the ephemeral range's start or the local machines' sshd ports)"
+        );
     };
     let start = rand::random::<u16>() % span;
     (0..span)
