@@ -1,7 +1,9 @@
 //! One `[[pools]]` entry of the autoscaler's configuration, as the end-to-end tests write it:
 //! a static pool, or one whose machines the local provisioner (or another) makes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
 
 use crate::process::repo_root;
 
@@ -18,6 +20,12 @@ pub struct PoolSpec {
 }
 
 impl PoolSpec {
+    /// Whether the local provisioner (or the counting wrapper around it) makes its machines:
+    /// its environment names their root.
+    pub fn makes_local_machines(&self) -> bool {
+        self.tail.contains("LOCAL_ROOT")
+    }
+
     /// A static pool (sidecars register themselves), with tokens derived from its name.
     pub fn new(name: &str) -> Self {
         Self {
@@ -84,4 +92,31 @@ fn rand_u32() -> u32 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     nanos ^ std::process::id().rotate_left(16)
+}
+
+/// Each local machine runs its own `sshd`, found where the local provisioner looks for it
+/// (`LOCAL_SSHD`, then `PATH`, then the usual places). Without one every create fails, which a
+/// test would see only as jobs that never end: this says why before it starts.
+pub fn require_sshd() -> Result<()> {
+    let on_path: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("sshd"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let fixed = ["/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd"].map(PathBuf::from);
+    let found = std::env::var_os("LOCAL_SSHD")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(on_path)
+        .chain(fixed)
+        .any(|candidate| candidate.is_file());
+    if !found {
+        bail!(
+            "local machines need OpenSSH's sshd, and none is installed (apt-get install \
+             openssh-server; `cargo xtask test` installs it)"
+        );
+    }
+    Ok(())
 }

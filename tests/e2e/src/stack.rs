@@ -147,6 +147,9 @@ impl Autoscaler {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect();
+        if pools.iter().any(PoolSpec::makes_local_machines) {
+            crate::pool_spec::require_sshd()?;
+        }
         std::fs::create_dir_all(dir)?;
         if let Some(token) = extra.admin_token {
             std::fs::write(dir.join("admin.token"), format!("{token}\n"))?;
