@@ -20,11 +20,13 @@ use super::Millis;
 pub use by_class::{ClassDemand, ClassPass};
 pub use forecast::{Forecast, near_period_end, surplus_grace, wanted_free_slots};
 pub use rise::{Rises, allowed_waiting_share};
+pub use waits::{WaitHistory, Waits};
 
 mod by_class;
 mod forecast;
 mod history;
 mod rise;
+mod waits;
 
 /// Arrivals kept, at most: the window is the pool's `idle_time`, bounded by this.
 pub const MAX_WINDOW: Millis = 60 * 60_000;
@@ -58,6 +60,8 @@ pub struct DemandTracker {
     in_use_at: history::InUseHistory,
     /// Slots in use plus the buffer at each share, from each pass on: what the grace keeps.
     needed: history::NeedHistory,
+    /// How long the recent jobs that found no free slot waited, per regime.
+    waits: waits::WaitHistory,
 }
 
 /// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
@@ -99,6 +103,12 @@ impl DemandTracker {
         if newer {
             self.queue_report = Some((queued, at));
         }
+    }
+
+    /// A job was handed to a sidecar `wait` after it came to the pool; a pass comes every
+    /// `pass_interval` ([`Forecast::waits`]).
+    pub fn job_handed_out(&mut self, wait: Millis, pass_interval: Millis) {
+        self.waits.handed_out(wait, pass_interval);
     }
 
     /// A machine took jobs for the first time; `lead_time` from its create request to then.
@@ -191,6 +201,7 @@ impl DemandTracker {
         }
         let start = self.arrivals.partition_point(|&t| t + window <= now);
         let recent: Vec<Millis> = self.arrivals.range(start..).copied().collect();
+        self.waits.set_regime(recent.len());
         let lead_time = slow_end(&self.lead_times).unwrap_or(DEFAULT_LEAD_TIME);
         let lead_spread =
             percentile(&self.lead_times, 95).map_or(0, |slowest| slowest.saturating_sub(lead_time));
@@ -243,6 +254,7 @@ impl DemandTracker {
             start_time,
             stopped_slots: 0,
             start_saving,
+            waits: self.waits.current(),
         }
     }
 }

@@ -223,6 +223,7 @@ impl Jobs {
         if after != before {
             let mut record = job.record.clone();
             record.phase = after.clone();
+            let handed_out = news::JobNews::of_hand_out(&record, &before, &after, now);
             if let Some(step) = timeline::phase_step(&before, &after, &event, now) {
                 timeline::push(&mut record, step);
             }
@@ -255,7 +256,7 @@ impl Jobs {
             let pool = record.pool.clone();
             job.record = record;
             drop(held);
-            if let Some(news) = news {
+            for news in [handed_out, news].into_iter().flatten() {
                 self.record_news(&pool, news);
             }
             self.bump();

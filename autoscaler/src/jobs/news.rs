@@ -1,11 +1,12 @@
 //! What happened to each pool's jobs since its controller last looked, in order: the facts its
-//! forecasts learn from. Arrivals feed the demand forecast (`core::demand`); the starts and
-//! ends of jobs that say where they sit in a pipeline feed the pipeline forecast
-//! (`core::pipelines`).
+//! forecasts learn from. Arrivals, and how long each job waited for its first hand-out, feed
+//! the demand forecast (`core::demand`); the starts and ends of jobs that say where they sit
+//! in a pipeline feed the pipeline forecast (`core::pipelines`).
 
 use std::collections::VecDeque;
 
 use super::Jobs;
+use super::timeline::HANDED_OVER;
 use crate::core::Millis;
 use crate::core::demand::Arrival;
 use crate::core::job::JobPhase;
@@ -49,6 +50,12 @@ pub enum JobNews {
         class: Option<String>,
         pipeline: Option<PipelineJob>,
     },
+    /// The job was handed to a sidecar for the first time, `waited` after it came.
+    HandedOut {
+        waited: Millis,
+        /// The machine class it routed to (`None`: the pool has no classes).
+        class: Option<String>,
+    },
     /// A sidecar started the job (its first call for it).
     Started { at: Millis, pipeline: PipelineJob },
     /// The job stopped running: it ended, or its machine was lost.
@@ -71,6 +78,23 @@ impl JobNews {
             Self::Started { at, pipeline }
         } else {
             Self::Ended { at, pipeline }
+        })
+    }
+
+    /// The news of a hand-out of `record` at `at`, if it is its first: a job handed out again
+    /// (its sidecar went away before starting it) waited for that sidecar, not for a slot.
+    pub(super) fn of_hand_out(
+        record: &JobRecord,
+        before: &JobPhase,
+        after: &JobPhase,
+        at: Millis,
+    ) -> Option<Self> {
+        let first = matches!(before, JobPhase::Queued)
+            && matches!(after, JobPhase::Assigned { .. })
+            && !record.timeline.iter().any(|s| s.step == HANDED_OVER);
+        first.then(|| Self::HandedOut {
+            waited: at.saturating_sub(record.accepted_at),
+            class: record.class.clone(),
         })
     }
 

@@ -232,3 +232,35 @@ async fn a_running_job_found_at_start_up_is_owed_one_check_with_gitlab() {
     reloaded.confirm_running(JobId(5));
     assert!(owed(&reloaded).is_empty());
 }
+
+/// The demand forecast learns from each job's first hand-out how long it waited for a slot; a
+/// job handed out again waited for a sidecar that went away, not for a slot.
+#[tokio::test]
+async fn a_jobs_first_hand_out_is_news_of_its_wait() {
+    let (jobs, _, clock) = table();
+    jobs.accept("default", &payload(5, &[])).unwrap();
+    jobs.take_news("default");
+    let hand_out = |sidecar| {
+        jobs.apply(
+            JobId(5),
+            JobEvent::HandedOut {
+                sidecar: SidecarId(sidecar),
+            },
+        )
+        .unwrap()
+    };
+    clock.advance(Duration::from_secs(40));
+    hand_out(1);
+    let news: Vec<_> = jobs.take_news("default").into_iter().collect();
+    assert_eq!(
+        news,
+        [JobNews::HandedOut {
+            waited: 40_000,
+            class: None
+        }]
+    );
+    jobs.apply(JobId(5), JobEvent::AckTimedOut).unwrap();
+    clock.advance(Duration::from_secs(5));
+    hand_out(2);
+    assert!(jobs.take_news("default").is_empty());
+}

@@ -6,6 +6,9 @@ use crate::core::Millis;
 use crate::core::job::{JobEvent, JobPhase};
 use crate::store::{JobRecord, JobStep};
 
+/// The step of a hand-out to a sidecar.
+pub(super) const HANDED_OVER: &str = "handed_over";
+
 /// Most steps kept per job (a job handed out and given back again and again stays bounded).
 const STEP_LIMIT: usize = 32;
 
@@ -34,7 +37,7 @@ pub(super) fn phase_step(
     Some(match after {
         JobPhase::Assigned { sidecar, .. } => JobStep {
             sidecar: Some(*sidecar),
-            ..step(at, "handed_over", None)
+            ..step(at, HANDED_OVER, None)
         },
         JobPhase::Queued if matches!(before, JobPhase::Assigned { .. }) => {
             let why = match event {

@@ -1,16 +1,19 @@
 //! The pool's forecasts fed with what happened to its jobs (`jobs::JobNews`): the demand
-//! forecast's arrivals, and the pipeline forecast (`learning.rs`), saved when due.
+//! forecast's arrivals and hand-outs' waits, and the pipeline forecast (`learning.rs`), saved
+//! when due.
 
 use super::controller::PoolController;
 use super::learning::PipelineLearning;
 use crate::core::demand::ClassDemand;
+use crate::core::scaler::PASS_INTERVAL;
 use crate::jobs::JobNews;
 
 impl PoolController {
     /// Feeds this pass's job news to the demand forecast and the pipeline forecast: a job the
     /// pipeline forecast foresaw, or one a scheduled run held for, is no news to the arrivals'
     /// peak (slots were held for it).
-    /// Each arrival goes to the demand of the class the job routes to, and to no other.
+    /// Each arrival, and each first hand-out's wait, goes to the demand of the class the job
+    /// routes to, and to no other.
     pub(super) fn learn_from_jobs(&self, demand: &mut ClassDemand) {
         let mut learning = self.pipeline_learning();
         let lookahead = self.lookahead.get();
@@ -49,6 +52,9 @@ impl PoolController {
                     {
                         lookahead.ask(self.pool(), project, p.place.pipeline);
                     }
+                }
+                JobNews::HandedOut { waited, class } => {
+                    demand.job_handed_out(class.as_deref(), waited, PASS_INTERVAL);
                 }
                 JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
                 JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),

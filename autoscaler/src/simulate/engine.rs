@@ -361,6 +361,8 @@ impl<'a> Sim<'a> {
             };
             self.fleet.start_job(index, now);
             self.tally.started(now - job.arrived);
+            // As the service measures it: from the job's intake to its hand-out.
+            self.demand.job_handed_out(now - job.taken, TICK);
             tracing::trace!(
                 at_s = (now - self.start) as f64 / 1000.0,
                 wait_s = (now - job.arrived) as f64 / 1000.0,

@@ -47,6 +47,12 @@ impl ClassDemand {
         }
     }
 
+    /// A job routed to `class` was handed to a sidecar `wait` after it came; a pass comes every
+    /// `pass_interval`.
+    pub fn job_handed_out(&mut self, class: Option<&str>, wait: Millis, pass_interval: Millis) {
+        self.tracker(class).job_handed_out(wait, pass_interval);
+    }
+
     /// The forecast of `class` from its own jobs and machines only. Called for every class at
     /// every pass: the rises are read from the slots in use recorded at each one.
     pub fn forecast(&mut self, class: Option<&str>, pass: &ClassPass<'_>) -> Forecast {

@@ -2,7 +2,8 @@
 //! the planner reads from it: the free slots wanted, how far ahead pipelines' next stages are
 //! held, and how long a machine beyond them is kept.
 
-use super::{DEFAULT_LEAD_TIME, Rises, allowed_waiting_share};
+use super::rise::P95_SHARE;
+use super::{DEFAULT_LEAD_TIME, Rises, Waits, allowed_waiting_share};
 use crate::core::Millis;
 use crate::core::pipelines::Horizon;
 
@@ -67,6 +68,10 @@ pub struct Forecast {
     /// the job that waits for it, as [`surplus_grace`] prices it) less a start's (0 until a
     /// start was measured).
     pub start_saving: Millis,
+    /// How long the recent jobs that found no free slot waited, in the pool's current regime
+    /// (`demand::waits`): what the share of jobs a target lets wait is judged by, once enough
+    /// were measured ([`Forecast::waiting_share`]).
+    pub waits: Waits,
 }
 
 /// Free slots the forecast asks for under a p95 target of `target_wait`, beyond the jobs
@@ -139,13 +144,28 @@ impl Forecast {
         self.warm(&self.need_peak, target_wait)
     }
 
-    /// What `grid` asks for under `target_wait` when a job that finds no free slot waits a
-    /// lead time, lowered where stopped machines stand in for running ones. A job beyond the
-    /// free slots is served by a stopped machine in a start time while one is left: of the
-    /// slots held for a wait of a lead time, the last `stopped_slots` may be stopped ones, as
-    /// long as the slots held still keep the target for a wait of a start time.
+    /// The share of jobs `target_wait` lets find no free slot, when such a job waits for a new
+    /// machine: 5 % of all jobs may wait longer than the target, so the share is 5 % over the
+    /// share of those jobs whose wait passes the target. That share is read from the waits
+    /// measured in the pool's current regime where there are enough, and is otherwise that of
+    /// a wait taken as uniform over the lead time ([`allowed_waiting_share`]). Every job may
+    /// wait when none of those measured waited longer than the target.
+    pub fn waiting_share(&self, target_wait: Millis) -> f64 {
+        match self.waits.share_beyond(target_wait) {
+            Some(beyond) if beyond > 0.0 => (P95_SHARE / beyond).min(1.0),
+            Some(_) => 1.0,
+            None => allowed_waiting_share(target_wait, self.lead_time),
+        }
+    }
+
+    /// What `grid` asks for under `target_wait` when a job that finds no free slot waits for a
+    /// new machine ([`Self::waiting_share`]), lowered where stopped machines stand in for
+    /// running ones. A job beyond the free slots is served by a stopped machine in a start time
+    /// while one is left: of the slots held for a wait of a new machine, the last
+    /// `stopped_slots` may be stopped ones, as long as the slots held still keep the target for
+    /// a wait of a start time.
     fn warm(&self, grid: &Rises, target_wait: Millis) -> u32 {
-        let cold = grid.buffer_for(allowed_waiting_share(target_wait, self.lead_time));
+        let cold = grid.buffer_for(self.waiting_share(target_wait));
         match self.start_time {
             Some(start) if self.stopped_slots > 0 && start < self.lead_time => {
                 let warm = grid.buffer_for(allowed_waiting_share(target_wait, start));

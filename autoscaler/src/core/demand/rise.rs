@@ -13,7 +13,9 @@
 //!
 //! **The share allowed to wait.** A job that waits waits for a machine asked for at some point
 //! of the lead time before it, so its wait is between 0 and `L`: taken as uniform there, a
-//! share `q` of jobs waiting puts `q * (1 - w / L)` of all jobs above a wait `w`. The p95 is at
+//! share `q` of jobs waiting puts `q * (1 - w / L)` of all jobs above a wait `w`. (Once the
+//! pool has measured how long its jobs that found no slot waited, it reads the share beyond the
+//! target from those waits instead: `demand::waits`, `Forecast::waiting_share`.) The p95 is at
 //! most `T` (the target) when that is at most 5 % at `w = T`: `q <= 0.05 / (1 - T / L)`; any
 //! share when `T >= L` (no job waits longer than a lead time; the pool then holds no buffer
 //! beyond its floors). So the buffer is the smallest `B` for which the recent jobs whose rise

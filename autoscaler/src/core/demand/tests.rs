@@ -38,6 +38,42 @@ fn the_buffer_covers_the_rises_recent_jobs_met() {
     assert_eq!(steady.forecast(40 * 60_000, 600_000, 0).buffer(0), 0);
 }
 
+/// A pool that met a burst of four at 200 s (rises 0 to 3, each a quarter of the jobs), with
+/// machines ready in 60 s.
+fn after_a_burst_of_four() -> DemandTracker {
+    let mut t = DemandTracker::default();
+    t.machine_ready(60_000);
+    pass(&mut t, 0, 0, 0);
+    pass(&mut t, 200_000, 4, 4);
+    t
+}
+
+#[test]
+fn the_waits_measured_set_the_share_a_target_lets_wait() {
+    // Unmeasured, a wait is taken as uniform over the lead time: a 50 s target of 60 s lets
+    // 30 % of jobs find no slot (5 % over the sixth of them that would wait longer), so one of
+    // the four may: three slots.
+    let mut t = after_a_burst_of_four();
+    assert_eq!(t.forecast(200_000, 600_000, 0).buffer(50_000), 3);
+    // Jobs handed out within a pass found a free slot: they say nothing of waits.
+    for _ in 0..8 {
+        t.job_handed_out(1_000, 1_000);
+    }
+    assert_eq!(t.forecast(200_000, 600_000, 0).buffer(50_000), 3);
+    // Every job that found no slot waited a whole boot: only 5 % may find none, so all four.
+    for _ in 0..8 {
+        t.job_handed_out(60_000, 1_000);
+    }
+    assert_eq!(t.forecast(200_000, 600_000, 0).buffer(50_000), 4);
+    // Where they waited 10 s (machines already on their way), none waited longer than the
+    // target: any job may find no slot, and none is held.
+    let mut t = after_a_burst_of_four();
+    for _ in 0..8 {
+        t.job_handed_out(10_000, 1_000);
+    }
+    assert_eq!(t.forecast(200_000, 600_000, 0).buffer(50_000), 0);
+}
+
 #[test]
 fn older_jobs_weigh_less() {
     let mut t = DemandTracker::default();

@@ -45,6 +45,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         start_time: None,
         stopped_slots: 0,
         start_saving: 0,
+        waits: crate::core::demand::Waits::default(),
     }
 }
 

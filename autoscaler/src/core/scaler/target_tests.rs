@@ -6,11 +6,22 @@ use proptest::prelude::*;
 use super::demand_tests::{DEMAND, fleet};
 use super::{PlanInput, ScalePlan, ScalePolicy, plan};
 use crate::core::Millis;
-use crate::core::demand::{Forecast, Rises, wanted_free_slots};
+use crate::core::demand::{Forecast, Rises, WaitHistory, wanted_free_slots};
 use crate::core::machine::MachineState as S;
 
-/// A forecast whose buffer comes from the rises `samples` met, as the tracker makes it.
-fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Forecast {
+/// A forecast whose buffer comes from the rises `samples` met, as the tracker makes it, and
+/// whose share of waiting jobs from the hand-outs `waited` after their jobs came (the uniform
+/// rule while too few found no free slot).
+fn forecast(
+    samples: &[(u32, u64)],
+    lead_time: Millis,
+    pipeline_jobs: u32,
+    waited: &[Millis],
+) -> Forecast {
+    let mut waits = WaitHistory::default();
+    for &wait in waited {
+        waits.handed_out(wait, 1_000);
+    }
     Forecast {
         rises: Rises::from_samples(samples, 600_000),
         gitlab_backlog: 0,
@@ -26,11 +37,17 @@ fn forecast(samples: &[(u32, u64)], lead_time: Millis, pipeline_jobs: u32) -> Fo
         start_time: None,
         stopped_slots: 0,
         start_saving: 0,
+        waits: waits.current(),
     }
 }
 
 fn samples() -> impl Strategy<Value = Vec<(u32, u64)>> {
     proptest::collection::vec((0u32..40, 1u64..600_000), 0..200)
+}
+
+/// Hand-outs' waits: none, too few, or enough to be believed, within a pass or up to a boot.
+fn waited() -> impl Strategy<Value = Vec<Millis>> {
+    proptest::collection::vec(0u64..150_000, 0..40)
 }
 
 fn planned(input: (&[super::MachineView], u32, &ScalePolicy, Forecast, bool)) -> ScalePlan {
@@ -63,9 +80,9 @@ proptest! {
     fn a_stricter_target_never_holds_fewer_slots(
         samples in samples(), lead_s in 10u64..120, pipeline_jobs in 0u32..20,
         strict_s in 0u64..150, loose_extra_s in 0u64..150,
-        machines in fleet(), waiting in 0u32..10,
+        machines in fleet(), waiting in 0u32..10, waited in waited(),
     ) {
-        let f = forecast(&samples, lead_s * 1_000, pipeline_jobs);
+        let f = forecast(&samples, lead_s * 1_000, pipeline_jobs, &waited);
         let (strict, loose) = (strict_s * 1_000, (strict_s + loose_extra_s) * 1_000);
         prop_assert!(wanted_free_slots(&f, strict) >= wanted_free_slots(&f, loose));
         let p_strict = ScalePolicy { target_wait: strict, max_machines: 1_000, ..DEMAND };
@@ -84,12 +101,12 @@ proptest! {
     fn the_target_keeps_the_planner_bounds(
         samples in samples(), lead_s in 10u64..120, target_s in 0u64..150,
         machines in fleet(), waiting in 0u32..10, max_machines in 1u32..12,
-        capacity in 1u32..4, paused in any::<bool>(),
+        capacity in 1u32..4, paused in any::<bool>(), waited in waited(),
     ) {
         let p = ScalePolicy {
             target_wait: target_s * 1_000, max_machines, capacity_per_machine: capacity, ..DEMAND
         };
-        let plan = planned((&machines, waiting, &p, forecast(&samples, lead_s * 1_000, 0), paused));
+        let plan = planned((&machines, waiting, &p, forecast(&samples, lead_s * 1_000, 0, &waited), paused));
         let counted = machines.iter().filter(|m| m.state.counts_toward_max()).count() as u32;
         prop_assert!(counted + plan.create <= max_machines.max(counted));
         if paused {
