@@ -24,9 +24,17 @@ const ALONE: &[&str] = &[
     "chaos:provisioner",
 ];
 
+/// Test binaries that are not end-to-end tests but take minutes all the same, started ahead
+/// of those: the autoscaler's unit tests (one property test plans four hours of demand, a pass
+/// a second, for each of its cases: about 250 s with two other commands beside it) and the
+/// book's checks (about 125 s). Started after the end-to-end tests, they ran on alone at the
+/// end of the suite for about two minutes while the other slots stood empty.
+const LONG_BINARIES: &[&str] = &["autoscaler/lib:autoscaler", "docs/test:book"];
+
 /// Builds the test binaries (`cargo test --no-run`) and lists the suite's commands, the long
-/// ones first (the chaos scenarios and the Python suites, then the end-to-end tests), so that
-/// a first run, with no times kept from an earlier one, does not start its longest last.
+/// ones first (the chaos scenarios and the Python suites, then `LONG_BINARIES`, then the
+/// end-to-end tests), so that a first run, with no times kept from an earlier one, does not
+/// start its longest last.
 pub fn jobs(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
     let mut jobs = chaos_scenarios(root);
     // The cloud provisioners against their emulators and recording stubs (pytest in a venv).
@@ -34,8 +42,17 @@ pub fn jobs(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
     // schemathesis against a live autoscaler, held to api-spec/ (in a venv).
     jobs.push(script(root, "api-fuzz", "tests/api-fuzz/run"));
     let mut binaries = test_binaries(root, filters)?;
-    // The end-to-end tests are the long ones among the binaries.
-    binaries.sort_by_key(|job| !job.name.starts_with("e2e/"));
+    // The long ones among the binaries: the few named in `LONG_BINARIES`, then the end-to-end
+    // tests. (A stable sort: each group keeps cargo's order.)
+    binaries.sort_by_key(|job| {
+        if LONG_BINARIES.contains(&job.name.as_str()) {
+            0
+        } else if job.name.starts_with("e2e/") {
+            1
+        } else {
+            2
+        }
+    });
     jobs.extend(binaries);
     jobs.push(Job {
         name: "doc-tests".into(),
