@@ -26,8 +26,8 @@ const ALONE: &[&str] = &[
 
 /// Test binaries that are not end-to-end tests but take minutes all the same, started ahead
 /// of those: the autoscaler's unit tests (one property test plans four hours of demand, a pass
-/// a second, for each of its cases: about 250 s with two other commands beside it) and the
-/// book's checks (about 125 s). Started after the end-to-end tests, they ran on alone at the
+/// a second, for each of its cases: 220 s alone, 250 to 500 s beside two other commands) and
+/// the book's checks (100 to 125 s). Started after the end-to-end tests, they ran on alone at the
 /// end of the suite for about two minutes while the other slots stood empty.
 const LONG_BINARIES: &[&str] = &["autoscaler/lib:autoscaler", "docs/test:book"];
 
