@@ -64,6 +64,10 @@ pub struct DemandTracker {
     waits: waits::WaitHistory,
 }
 
+/// A machine a pass sees on its way to taking jobs: its id, when it was asked for (its
+/// create, or its start from stopped), and since when it takes jobs (`None`: not yet).
+pub type OnItsWay<'a> = (&'a str, Millis, Option<Millis>);
+
 /// A job that came to a pool: when, and the `job_info.queue_size` of its payload (the candidate
 /// jobs GitLab's queue query returned, this one included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,40 +124,44 @@ impl DemandTracker {
     }
 
     /// Takes the start-to-ready time of each machine started from stopped that now takes jobs
-    /// (`machines`: id, started at, takes jobs), as [`Self::observe_machines`] does boots.
-    pub fn observe_starts<'a>(
-        &mut self,
-        machines: impl Iterator<Item = (&'a str, Millis, bool)>,
-        now: Millis,
-    ) {
+    /// (`machines`: id, started at, since when it takes jobs), as [`Self::observe_machines`]
+    /// does boots.
+    pub fn observe_starts<'a>(&mut self, machines: impl Iterator<Item = OnItsWay<'a>>) {
         let mut restarting = BTreeSet::new();
-        for (id, started_at, ready) in machines {
-            if !ready {
-                restarting.insert(id.to_string());
-            } else if self.restarting.contains(id) {
-                if self.start_times.len() == LEAD_SAMPLES {
-                    self.start_times.pop_front();
+        for (id, started_at, ready_at) in machines {
+            match ready_at {
+                None => {
+                    restarting.insert(id.to_string());
                 }
-                self.start_times.push_back(now.saturating_sub(started_at));
+                Some(ready_at) if self.restarting.contains(id) => {
+                    if self.start_times.len() == LEAD_SAMPLES {
+                        self.start_times.pop_front();
+                    }
+                    self.start_times
+                        .push_back(ready_at.saturating_sub(started_at));
+                }
+                Some(_) => {}
             }
         }
         self.restarting = restarting;
     }
 
     /// Takes the create-to-ready time of each machine seen starting that now takes jobs
-    /// (`machines`: id, created at, takes jobs). A machine first seen ready (adopted after a
+    /// (`machines`: id, created at, since when it takes jobs). The time is to the moment it
+    /// began to take jobs, not to the pass that sees it: a pass comes up to a pass interval
+    /// later, and that delay held no job back. A machine first seen ready (adopted after a
     /// restart) is not measured: its creation is too far back to say anything.
-    pub fn observe_machines<'a>(
-        &mut self,
-        machines: impl Iterator<Item = (&'a str, Millis, bool)>,
-        now: Millis,
-    ) {
+    pub fn observe_machines<'a>(&mut self, machines: impl Iterator<Item = OnItsWay<'a>>) {
         let mut starting = BTreeSet::new();
-        for (id, created_at, ready) in machines {
-            if !ready {
-                starting.insert(id.to_string());
-            } else if self.starting.contains(id) {
-                self.machine_ready(now.saturating_sub(created_at));
+        for (id, created_at, ready_at) in machines {
+            match ready_at {
+                None => {
+                    starting.insert(id.to_string());
+                }
+                Some(ready_at) if self.starting.contains(id) => {
+                    self.machine_ready(ready_at.saturating_sub(created_at));
+                }
+                Some(_) => {}
             }
         }
         self.starting = starting;

@@ -8,15 +8,15 @@ use super::policy::reason_code;
 use crate::core::Millis;
 use crate::core::breaker::BreakerState;
 use crate::core::classes::MachineClass;
-use crate::core::demand::{ClassDemand, ClassPass, Forecast, Rises};
+use crate::core::demand::{ClassDemand, ClassPass, Forecast, OnItsWay, Rises};
 use crate::core::machine::MachineEvent;
 use crate::core::pipelines::ClassScope;
 use crate::core::scaler::{self, MachineView, PlanInput, ScalePlan, ScalePolicy};
 use crate::store::MachineRecord;
 
 /// A class's machines whose create-to-ready (or start-to-ready) time may be measured: (id,
-/// created (or started) at, takes jobs).
-type Measured<'a> = Vec<(&'a str, Millis, bool)>;
+/// created (or started) at, since when it takes jobs).
+type Measured<'a> = Vec<OnItsWay<'a>>;
 
 impl PoolController {
     /// Plans and carries out the pool's scaling for this pass. The machines are read before
@@ -251,7 +251,13 @@ fn measured<'a>(machines: &[&'a MachineRecord]) -> Measured<'a> {
     machines
         .iter()
         .filter(|m| m.restarted_at.is_none() && !m.state.is_stopped())
-        .map(|m| (m.id.as_str(), m.created_at, m.state.takes_jobs()))
+        .map(|m| {
+            (
+                m.id.as_str(),
+                m.created_at,
+                takes_jobs_since(m, m.created_at),
+            )
+        })
         .collect()
 }
 
@@ -261,6 +267,92 @@ fn measured_starts<'a>(machines: &[&'a MachineRecord]) -> Measured<'a> {
     machines
         .iter()
         .filter(|m| !m.state.is_stopped())
-        .filter_map(|m| Some((m.id.as_str(), m.restarted_at?, m.state.takes_jobs())))
+        .filter_map(|m| {
+            let started_at = m.restarted_at?;
+            Some((m.id.as_str(), started_at, takes_jobs_since(m, started_at)))
+        })
         .collect()
+}
+
+/// When a machine that takes jobs now first took them after `from` (its create or its start):
+/// the first such step of its timeline, else when it entered its state (its timeline keeps
+/// only the latest steps). `None` while it takes none.
+fn takes_jobs_since(m: &MachineRecord, from: Millis) -> Option<Millis> {
+    if !m.state.takes_jobs() {
+        return None;
+    }
+    let first = m
+        .timeline
+        .iter()
+        .find(|step| step.at >= from && step.state.takes_jobs())
+        .map(|step| step.at);
+    Some(first.unwrap_or(m.since))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::machine::MachineState as S;
+    use crate::store::TimelineEntry;
+
+    /// A machine asked for at 0 that went through `steps` and is now in the last one's state.
+    fn machine(steps: &[(Millis, S)], restarted_at: Option<Millis>) -> MachineRecord {
+        let &(since, state) = steps.last().expect("a step");
+        MachineRecord {
+            id: "m".into(),
+            pool: "default".into(),
+            state,
+            since,
+            created_at: 0,
+            source: String::new(),
+            class: None,
+            provider_id: None,
+            endpoint: None,
+            host_key: None,
+            sidecar: None,
+            use_count: 0,
+            reason: None,
+            destroy_attempts: 0,
+            next_attempt: 0,
+            restarted_at,
+            timeline: steps
+                .iter()
+                .map(|&(at, state)| TimelineEntry {
+                    at,
+                    state,
+                    reason: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_boot_is_measured_to_the_first_job_request_not_to_the_pass() {
+        let booting = [(0, S::Requested), (900, S::Creating), (5_000, S::Booting)];
+        assert_eq!(measured(&[&machine(&booting, None)])[0].2, None);
+        let busy = [
+            (0, S::Requested),
+            (900, S::Creating),
+            (5_000, S::Booting),
+            (5_100, S::Injecting),
+            (7_450, S::Ready),
+            (7_452, S::Busy),
+        ];
+        assert_eq!(measured(&[&machine(&busy, None)])[0], ("m", 0, Some(7_450)));
+    }
+
+    #[test]
+    fn a_start_is_measured_from_the_start_to_ready_after_it() {
+        let restarted = [
+            (7_450, S::Ready),
+            (20_000, S::Stopping),
+            (21_000, S::Stopped),
+            (30_000, S::Starting),
+            (33_000, S::Injecting),
+            (34_200, S::Ready),
+        ];
+        let m = machine(&restarted, Some(30_000));
+        assert!(measured(&[&m]).is_empty(), "a start is not a boot");
+        assert_eq!(measured_starts(&[&m])[0], ("m", 30_000, Some(34_200)));
+    }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Arrival, DemandTracker, Forecast};
+use super::{Arrival, DemandTracker, Forecast, OnItsWay};
 use crate::core::Millis;
 
 /// One [`DemandTracker`] per class, keyed by the class a job routes to (`None`: the pool has
@@ -22,11 +22,11 @@ pub struct ClassDemand {
 #[derive(Debug, Clone, Copy)]
 pub struct ClassPass<'a> {
     /// The class's machines whose create-to-ready time may be measured: (id, created at,
-    /// takes jobs).
-    pub machines: &'a [(&'a str, Millis, bool)],
+    /// since when it takes jobs).
+    pub machines: &'a [OnItsWay<'a>],
     /// The class's machines started from stopped and not stopped since: (id, started at,
-    /// takes jobs).
-    pub starts: &'a [(&'a str, Millis, bool)],
+    /// since when it takes jobs).
+    pub starts: &'a [OnItsWay<'a>],
     /// Slots in use in the class: jobs running on its machines plus its jobs waiting for one.
     pub in_use: u32,
     pub now: Millis,
@@ -57,8 +57,8 @@ impl ClassDemand {
     /// every pass: the rises are read from the slots in use recorded at each one.
     pub fn forecast(&mut self, class: Option<&str>, pass: &ClassPass<'_>) -> Forecast {
         let tracker = self.tracker(class);
-        tracker.observe_machines(pass.machines.iter().copied(), pass.now);
-        tracker.observe_starts(pass.starts.iter().copied(), pass.now);
+        tracker.observe_machines(pass.machines.iter().copied());
+        tracker.observe_starts(pass.starts.iter().copied());
         tracker.observe_in_use(pass.in_use);
         tracker.forecast(pass.now, pass.window, pass.target_wait)
     }
@@ -156,8 +156,8 @@ mod tests {
             window: 600_000,
             target_wait: TARGET_WAIT,
         };
-        d.forecast(Some("large"), &at(&[("l1", 0, false)], 0));
-        let large = d.forecast(Some("large"), &at(&[("l1", 0, true)], 300_000));
+        d.forecast(Some("large"), &at(&[("l1", 0, None)], 0));
+        let large = d.forecast(Some("large"), &at(&[("l1", 0, Some(300_000))], 301_000));
         let small = d.forecast(Some("small"), &at(&[], 300_000));
         assert_eq!(large.lead_time, 300_000);
         assert_eq!(small.lead_time, super::super::DEFAULT_LEAD_TIME);

@@ -95,12 +95,13 @@ fn older_jobs_weigh_less() {
 fn a_slow_recent_machine_sets_the_lead_time() {
     let mut t = DemandTracker::default();
     assert_eq!(t.forecast(0, 600_000, 0).lead_time, DEFAULT_LEAD_TIME);
-    t.observe_machines([("a", 1_000, false), ("b", 0, false)].into_iter(), 10_000);
-    t.observe_machines([("a", 1_000, true), ("b", 0, false)].into_iter(), 31_000);
-    t.observe_machines([("a", 1_000, true), ("b", 0, true)].into_iter(), 80_000);
+    t.observe_machines([("a", 1_000, None), ("b", 0, None)].into_iter());
+    // Measured to when each began to take jobs, not to the pass that sees it.
+    t.observe_machines([("a", 1_000, Some(30_500)), ("b", 0, None)].into_iter());
+    t.observe_machines([("a", 1_000, Some(30_500)), ("b", 0, Some(79_200))].into_iter());
     // Seen again, or first seen ready (adopted): not measured.
-    t.observe_machines([("a", 1_000, true), ("c", 0, true)].into_iter(), 99_000);
-    assert_eq!(t.forecast(100_000, 600_000, 0).lead_time, 80_000);
+    t.observe_machines([("a", 1_000, Some(30_500)), ("c", 0, Some(90_000))].into_iter());
+    assert_eq!(t.forecast(100_000, 600_000, 0).lead_time, 79_200);
     for _ in 0..LEAD_SAMPLES {
         t.machine_ready(40_000);
     }

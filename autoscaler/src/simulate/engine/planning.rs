@@ -43,10 +43,13 @@ impl Sim<'_> {
                 .filter(move |m| {
                     !m.state.is_stopped() && (m.requested_at != m.created_at) == started
                 })
-                .map(|m| (m.id.as_str(), m.requested_at, m.state.takes_jobs()))
+                .map(|m| {
+                    let ready_at = m.state.takes_jobs().then_some(m.boot_ends);
+                    (m.id.as_str(), m.requested_at, ready_at)
+                })
         };
-        self.demand.observe_machines(on_the_way(false), now);
-        self.demand.observe_starts(on_the_way(true), now);
+        self.demand.observe_machines(on_the_way(false));
+        self.demand.observe_starts(on_the_way(true));
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
         let mut forecast = self
