@@ -1,7 +1,8 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
-//! - `test`: a check that no file points outside the repository, formatting, lints, a build of
-//!   every binary, the check of `deploy/` (`deploy/check`), then every test binary, the cloud
+//! - `test`: a check that no file points outside the repository, formatting, a build of every
+//!   binary and test linted as it is built (`lints`), the check of `deploy/` (`deploy/check`),
+//!   then every test binary, the cloud
 //!   tests (`tests/cloud/run`), the API fuzz run (`tests/api-fuzz/run`) and each chaos scenario,
 //!   side by side (`XTASK_TEST_JOBS` at a time; with cargo-nextest installed, one after the
 //!   other through nextest), then a check that no process of a local machine outlived them (the
@@ -20,6 +21,7 @@
 
 mod docs;
 mod leftovers;
+mod lints;
 mod parallel;
 mod references;
 mod simulate;
@@ -71,9 +73,15 @@ fn main() -> ExitCode {
 
 /// Runs a command in the workspace root, echoing it first; fails on a non-zero exit.
 fn run(program: &str, args: &[&str]) -> Result<()> {
+    run_with(program, args, &[])
+}
+
+/// [`run`] with `envs` added to the environment.
+fn run_with(program: &str, args: &[&str], envs: &[(String, String)]) -> Result<()> {
     eprintln!("+ {program} {}", args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .current_dir(workspace_root()?)
         .status()
         .with_context(|| format!("cannot run {program}"))?;
@@ -184,38 +192,34 @@ fn ensure_test_user() -> Result<()> {
 fn test(extra: &[String]) -> Result<()> {
     ensure_system_packages()?;
     ensure_test_user()?;
-    references::check(&workspace_root()?)?;
+    let root = workspace_root()?;
+    references::check(&root)?;
     run("cargo", &["fmt", "--all", "--", "--check"])?;
-    run(
+    // Every binary (the end-to-end tests start them as processes) and every test, in one
+    // build, with the features the tests need; clippy lints each crate of the workspace as it
+    // is built, and any warning fails the build (`lints`).
+    let lint_env = lints::Lints::find(&root)?.env();
+    run_with(
         "cargo",
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
+        &["build", "--workspace", "--bins", "--tests"],
+        &lint_env,
     )?;
-    // The end-to-end tests start the workspace's binaries as processes.
-    run("cargo", &["build", "--workspace", "--bins"])?;
     // The unit, the user data and the sample configurations in deploy/, against the binary.
     run("bash", &["deploy/check"])?;
     // The book builds, and mdBook has nothing to warn about.
-    docs::build_without_warnings(&workspace_root()?)?;
+    docs::build_without_warnings(&root)?;
     let before = leftovers::before();
     if has_cargo_subcommand("nextest") {
         let mut args = vec!["nextest", "run", "--workspace", "--no-fail-fast"];
         args.extend(extra.iter().map(String::as_str));
-        run("cargo", &args)?;
+        run_with("cargo", &args, &lint_env)?;
         run("bash", &["tests/cloud/run"])?;
         run("bash", &["tests/api-fuzz/run"])?;
         run_chaos(&[])?;
     } else {
         // Test binaries, chaos scenarios and the Python suites, side by side: most of them
         // wait on real processes and timers, so one at a time left the cores idle.
-        let root = workspace_root()?;
-        let jobs = suite::jobs(&root, extra)?;
+        let jobs = suite::jobs(&root, extra, &lint_env)?;
         parallel::run_all(jobs, suite_slots(), &root.join("target/xtask-suite"))?;
     }
     leftovers::check(&before)

@@ -31,17 +31,18 @@ const ALONE: &[&str] = &[
 /// end of the suite for about two minutes while the other slots stood empty.
 const LONG_BINARIES: &[&str] = &["autoscaler/lib:autoscaler", "docs/test:book"];
 
-/// Builds the test binaries (`cargo test --no-run`) and lists the suite's commands, the long
-/// ones first (the chaos scenarios and the Python suites, then `LONG_BINARIES`, then the
-/// end-to-end tests), so that a first run, with no times kept from an earlier one, does not
-/// start its longest last.
-pub fn jobs(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
+/// Lists the test binaries (`cargo test --no-run`, which finds them built) and the suite's
+/// commands, the long ones first (the chaos scenarios and the Python suites, then
+/// `LONG_BINARIES`, then the end-to-end tests), so that a first run, with no times kept from
+/// an earlier one, does not start its longest last. The cargo commands carry `lint_env`, under
+/// which the workspace was built (`crate::lints`).
+pub fn jobs(root: &Path, filters: &[String], lint_env: &[(String, String)]) -> Result<Vec<Job>> {
     let mut jobs = chaos_scenarios(root);
     // The cloud provisioners against their emulators and recording stubs (pytest in a venv).
     jobs.push(script(root, "cloud", "tests/cloud/run"));
     // schemathesis against a live autoscaler, held to api-spec/ (in a venv).
     jobs.push(script(root, "api-fuzz", "tests/api-fuzz/run"));
-    let mut binaries = test_binaries(root, filters)?;
+    let mut binaries = test_binaries(root, filters, lint_env)?;
     // The long ones among the binaries: the few named in `LONG_BINARIES`, then the end-to-end
     // tests. (A stable sort: each group keeps cargo's order.)
     binaries.sort_by_key(|job| {
@@ -63,7 +64,7 @@ pub fn jobs(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
             .map(String::from)
             .collect(),
         cwd: root.to_path_buf(),
-        envs: vec![],
+        envs: lint_env.to_vec(),
         alone: false,
     });
     Ok(jobs)
@@ -126,9 +127,13 @@ fn script(root: &Path, name: &str, path: &str) -> Job {
     }
 }
 
-/// Builds every test target of the workspace and returns one command per binary, run as cargo
-/// runs it: from its package's directory, with `CARGO_MANIFEST_DIR` set.
-fn test_binaries(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
+/// Builds every test target of the workspace (if not built yet) and returns one command per
+/// binary, run as cargo runs it: from its package's directory, with `CARGO_MANIFEST_DIR` set.
+fn test_binaries(
+    root: &Path,
+    filters: &[String],
+    lint_env: &[(String, String)],
+) -> Result<Vec<Job>> {
     eprintln!("+ cargo test --workspace --no-run --message-format=json-render-diagnostics");
     let output = Command::new("cargo")
         .args([
@@ -137,6 +142,7 @@ fn test_binaries(root: &Path, filters: &[String]) -> Result<Vec<Job>> {
             "--no-run",
             "--message-format=json-render-diagnostics",
         ])
+        .envs(lint_env.iter().map(|(k, v)| (k, v)))
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()
