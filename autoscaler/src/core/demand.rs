@@ -117,33 +117,18 @@ impl DemandTracker {
 
     /// A machine took jobs for the first time; `lead_time` from its create request to then.
     pub fn machine_ready(&mut self, lead_time: Millis) {
-        if self.lead_times.len() == LEAD_SAMPLES {
-            self.lead_times.pop_front();
-        }
-        self.lead_times.push_back(lead_time);
+        push_sample(&mut self.lead_times, lead_time);
     }
 
     /// Takes the start-to-ready time of each machine started from stopped that now takes jobs
     /// (`machines`: id, started at, since when it takes jobs), as [`Self::observe_machines`]
     /// does boots.
     pub fn observe_starts<'a>(&mut self, machines: impl Iterator<Item = OnItsWay<'a>>) {
-        let mut restarting = BTreeSet::new();
-        for (id, started_at, ready_at) in machines {
-            match ready_at {
-                None => {
-                    restarting.insert(id.to_string());
-                }
-                Some(ready_at) if self.restarting.contains(id) => {
-                    if self.start_times.len() == LEAD_SAMPLES {
-                        self.start_times.pop_front();
-                    }
-                    self.start_times
-                        .push_back(ready_at.saturating_sub(started_at));
-                }
-                Some(_) => {}
-            }
-        }
+        let (restarting, took) = newly_ready(&self.restarting, machines);
         self.restarting = restarting;
+        for start_time in took {
+            push_sample(&mut self.start_times, start_time);
+        }
     }
 
     /// Takes the create-to-ready time of each machine seen starting that now takes jobs
@@ -152,19 +137,11 @@ impl DemandTracker {
     /// later, and that delay held no job back. A machine first seen ready (adopted after a
     /// restart) is not measured: its creation is too far back to say anything.
     pub fn observe_machines<'a>(&mut self, machines: impl Iterator<Item = OnItsWay<'a>>) {
-        let mut starting = BTreeSet::new();
-        for (id, created_at, ready_at) in machines {
-            match ready_at {
-                None => {
-                    starting.insert(id.to_string());
-                }
-                Some(ready_at) if self.starting.contains(id) => {
-                    self.machine_ready(ready_at.saturating_sub(created_at));
-                }
-                Some(_) => {}
-            }
-        }
+        let (starting, took) = newly_ready(&self.starting, machines);
         self.starting = starting;
+        for lead_time in took {
+            self.machine_ready(lead_time);
+        }
     }
 
     /// The job slots in use (running and waiting) now.
@@ -268,6 +245,36 @@ impl DemandTracker {
 }
 
 /// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
+/// Of `machines`, the ones still on their way (for the next pass), and how long each that was
+/// on its way at the last pass (`was_on_its_way`) took to take jobs since it was asked for.
+fn newly_ready<'a>(
+    was_on_its_way: &BTreeSet<String>,
+    machines: impl Iterator<Item = OnItsWay<'a>>,
+) -> (BTreeSet<String>, Vec<Millis>) {
+    let mut on_its_way = BTreeSet::new();
+    let mut took = Vec::new();
+    for (id, asked_at, ready_at) in machines {
+        match ready_at {
+            None => {
+                on_its_way.insert(id.to_string());
+            }
+            Some(ready_at) if was_on_its_way.contains(id) => {
+                took.push(ready_at.saturating_sub(asked_at));
+            }
+            Some(_) => {}
+        }
+    }
+    (on_its_way, took)
+}
+
+/// Keeps the last [`LEAD_SAMPLES`] of a kind of time.
+fn push_sample(samples: &mut VecDeque<Millis>, sample: Millis) {
+    if samples.len() == LEAD_SAMPLES {
+        samples.pop_front();
+    }
+    samples.push_back(sample);
+}
+
 fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
     percentile(samples, 90)
 }
