@@ -237,6 +237,10 @@ impl PipelineTracker {
                     .jobs_due(now, horizon.ahead, horizon.lead_time);
                 out.jobs_due = out.jobs_due.saturating_add(due);
             }
+            for run in project.runs() {
+                let on_way = on_their_way(project, run, (now, horizon.lead_time), scope);
+                out.released = out.released.saturating_add(on_way);
+            }
             for due in project
                 .runs()
                 .filter_map(|r| next_stage_due(project, r, (now, horizon.lead_time), scope))
@@ -357,6 +361,42 @@ fn next_stage_due(
         at,
         released: false,
     })
+}
+
+/// The current stage's jobs still on their way to the pool after its first job started. GitLab
+/// makes a stage's jobs pending together, but they reach the pool one intake request at a
+/// time, and the first often starts at once on the machine the stage before freed (its sidecar
+/// asks again as soon as its job ends): the stage is then current, no longer next, and without
+/// this the slots kept for the rest would go to other jobs or be released while they are on
+/// their way. Held as the stage's expected jobs (GitLab's count, or the median of its other
+/// recent pipelines') less those the pool knows of, once the stage before has no job running
+/// (with `needs` the rest may be waiting for other jobs, not on their way), for at most a lead
+/// time after the stage started.
+fn on_their_way(
+    project: &ProjectShape,
+    run: &Run,
+    (now, lead_time): (Millis, Millis),
+    scope: ClassScope<'_>,
+) -> u32 {
+    let Some(current) = run.current_stage() else {
+        return 0;
+    };
+    let Some(before) = run.stage_before(&current.name) else {
+        return 0;
+    };
+    if before.running > 0 || now > current.started_at.saturating_add(lead_time) {
+        return 0;
+    }
+    let Some(learned) = project.stage(&before.name) else {
+        return 0;
+    };
+    let expected = match run.announced_jobs(&current.name) {
+        Some(jobs) => learned.share_in(scope, Some(&current.name), jobs),
+        None => learned
+            .jobs_expected_in(scope, &current.name, run.pipeline)
+            .unwrap_or(0),
+    };
+    expected.saturating_sub(run.known_of(current))
 }
 
 /// The next stage's jobs still on their way to the pool after the stage before it ended.

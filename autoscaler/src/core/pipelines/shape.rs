@@ -62,8 +62,9 @@ pub struct Run {
     /// pipeline order), when the look-ahead asked: exact, where the shape is a median.
     #[serde(default)]
     announced: Option<Vec<(String, u32)>>,
-    /// Jobs (stage, name) that reached the pool before their stage started: the next stage's
-    /// jobs no longer on their way from GitLab ([`Run::arrived_of`]).
+    /// Jobs (stage, name) that reached the pool, of the current stage and those not started:
+    /// a stage's jobs no longer on their way from GitLab ([`Run::arrived_of`],
+    /// [`Run::known_of`]).
     #[serde(default)]
     arrived: BTreeSet<(String, String)>,
 }
@@ -112,6 +113,27 @@ impl Run {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
+    /// How many of `stage`'s jobs the pool knows of: started, or arrived and not started yet.
+    pub fn known_of(&self, stage: &StageRun) -> u32 {
+        let arrived_only = self
+            .arrived
+            .iter()
+            .filter(|(s, name)| *s == stage.name && !stage.jobs.contains(name))
+            .count();
+        stage
+            .started()
+            .saturating_add(u32::try_from(arrived_only).unwrap_or(u32::MAX))
+    }
+
+    /// The number of `created` jobs GitLab listed for `stage`, if the look-ahead asked.
+    pub fn announced_jobs(&self, stage: &str) -> Option<u32> {
+        self.announced
+            .as_ref()?
+            .iter()
+            .find(|(name, _)| name == stage)
+            .map(|&(_, jobs)| jobs)
+    }
+
     /// When the pipeline's latest job ended.
     pub fn last_end(&self) -> Option<Millis> {
         self.last_end
@@ -158,7 +180,10 @@ impl ProjectShape {
             Some(position) => position,
             None if run.stages.len() < MAX_STAGES => {
                 let (previous, release) = (run.current_stage().cloned(), run.last_end);
-                run.arrived.retain(|(stage, _)| stage != job.stage);
+                // The stages before it are over: their arrivals tell nothing any more.
+                run.arrived.retain(|(stage, _)| {
+                    stage == job.stage || run.stages.iter().all(|s| &s.name != stage)
+                });
                 run.stages.push(StageRun {
                     name: job.stage.to_string(),
                     started_at: at,
@@ -192,14 +217,14 @@ impl ProjectShape {
         }
     }
 
-    /// `job` reached the pool (taken from GitLab) at `at`; remembered until its stage starts.
+    /// `job` reached the pool (taken from GitLab) at `at`; remembered until the stage after
+    /// its own starts.
     pub fn job_arrived(&mut self, job: StagedJob<'_>, at: Millis) {
         let Some(run) = self.runs.iter_mut().find(|r| r.pipeline == job.pipeline) else {
             return;
         };
         run.last_seen = at;
-        let started = run.stages.iter().any(|s| s.name == job.stage);
-        if !started && run.arrived.len() < MAX_JOBS_PER_STAGE {
+        if run.arrived.len() < MAX_JOBS_PER_STAGE {
             run.arrived
                 .insert((job.stage.to_string(), job.name.to_string()));
         }

@@ -29,10 +29,25 @@ impl<T: Copy + Ord> Recent<T> {
 
     /// The median (the lower one of an even count): one odd pipeline does not move it.
     pub fn median(&self) -> Option<T> {
-        let mut values: Vec<T> = self.by_pipeline.iter().map(|&(_, v)| v).collect();
-        values.sort_unstable();
-        values.get(values.len().checked_sub(1)? / 2).copied()
+        median(self.by_pipeline.iter().map(|&(_, v)| v))
     }
+
+    /// The median of the other pipelines' observations than `pipeline`'s: what a pipeline
+    /// still making its own (its stage's jobs still starting) is expected to reach.
+    pub fn median_without(&self, pipeline: u64) -> Option<T> {
+        median(
+            self.by_pipeline
+                .iter()
+                .filter(|&&(p, _)| p != pipeline)
+                .map(|&(_, v)| v),
+        )
+    }
+}
+
+fn median<T: Copy + Ord>(values: impl Iterator<Item = T>) -> Option<T> {
+    let mut values: Vec<T> = values.collect();
+    values.sort_unstable();
+    values.get(values.len().checked_sub(1)? / 2).copied()
 }
 
 /// What is learned of one stage of a project.
@@ -73,6 +88,20 @@ impl StageShape {
     /// How many jobs the stage after it usually has.
     pub fn next_stage_jobs(&self) -> Option<u32> {
         self.next.as_ref()?.jobs.median()
+    }
+
+    /// How many jobs stage `name`, following this one in `pipeline`, is expected to have in
+    /// `scope`, from the other recent pipelines (`pipeline`'s own count is still rising while
+    /// its jobs start): `None` unless `name` is the stage learned to follow.
+    pub fn jobs_expected_in(
+        &self,
+        scope: ClassScope<'_>,
+        name: &str,
+        pipeline: u64,
+    ) -> Option<u32> {
+        let next = self.next.as_ref().filter(|n| n.name == name)?;
+        let jobs = next.jobs.median_without(pipeline)?;
+        Some(self.share_in(scope, Some(name), jobs))
     }
 
     /// How many of the next stage's usual jobs are in `scope`: its usual count in the shares

@@ -84,11 +84,21 @@ fn a_released_stage_is_held_until_its_jobs_arrive() {
     // The same job again (a request retried) is one job.
     t.job_arrived(job("app", 4, "test", "test 0"), end + 450);
     assert_eq!(t.forecast(end + 500, LEAD).released, 5);
-    // Once the stage starts, its jobs are running or waiting in the pool: nothing is held.
+    // The stage's first job starts (on the build's machine, its sidecar asking at once)
+    // before the other five arrive: they are still on their way, and still held.
     t.job_started(job("app", 4, "test", "test 0"), end + 600);
-    assert_eq!(t.forecast(end + 700, LEAD).released, 0);
+    let f = t.forecast(end + 700, LEAD);
+    assert_eq!((f.released, f.jobs_due), (5, 0));
+    for n in 3..7 {
+        t.job_arrived(job("app", 4, "test", &format!("test {n}")), end + 800);
+    }
+    assert_eq!(t.forecast(end + 900, LEAD).released, 1);
+    // The eighth never comes (say, a rule left it out this time): held a lead time at most.
+    assert_eq!(t.forecast(end + 600 + LEAD, LEAD).released, 1);
+    assert_eq!(t.forecast(end + 601 + LEAD, LEAD).released, 0);
 
     // Pipeline 5's build fails: the tests never come, and are held one lead time at most.
+    t.job_arrived(job("app", 4, "test", "test 7"), end + 1_000);
     start_stage(&mut t, "app", 5, FANOUT[0], end);
     end_stage(&mut t, "app", 5, FANOUT[0], end + 5 * MINUTE);
     assert_eq!(t.forecast(end + 5 * MINUTE + LEAD, LEAD).released, 8);
