@@ -66,7 +66,7 @@ pub struct Run {
     /// a stage's jobs no longer on their way from GitLab ([`Run::arrived_of`],
     /// [`Run::known_of`]).
     #[serde(default)]
-    arrived: BTreeSet<(String, String)>,
+    pub(super) arrived: BTreeSet<(String, String)>,
 }
 
 impl Run {
@@ -224,7 +224,8 @@ impl ProjectShape {
             return;
         };
         run.last_seen = at;
-        if run.arrived.len() < MAX_JOBS_PER_STAGE {
+        // Room for the current stage's jobs and the next one's, each as large as a stage gets.
+        if run.arrived.len() < 2 * MAX_JOBS_PER_STAGE {
             run.arrived
                 .insert((job.stage.to_string(), job.name.to_string()));
         }

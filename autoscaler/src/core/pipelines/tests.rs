@@ -98,7 +98,6 @@ fn a_released_stage_is_held_until_its_jobs_arrive() {
     assert_eq!(t.forecast(end + 601 + LEAD, LEAD).released, 0);
 
     // Pipeline 5's build fails: the tests never come, and are held one lead time at most.
-    t.job_arrived(job("app", 4, "test", "test 7"), end + 1_000);
     start_stage(&mut t, "app", 5, FANOUT[0], end);
     end_stage(&mut t, "app", 5, FANOUT[0], end + 5 * MINUTE);
     assert_eq!(t.forecast(end + 5 * MINUTE + LEAD, LEAD).released, 8);
@@ -297,6 +296,16 @@ fn memory_is_bounded_and_the_least_recently_seen_go() {
         .find(|r| r.pipeline == 999)
         .unwrap();
     assert_eq!(run.current_stage().unwrap().jobs.len(), MAX_JOBS_PER_STAGE);
+    // The arrivals remembered hold the current stage's and the next one's, at most.
+    for n in 0..MAX_JOBS_PER_STAGE * 3 {
+        t.job_arrived(job("app", 999, "huge", &format!("job {n}")), start);
+        t.job_arrived(job("app", 999, "after", &format!("job {n}")), start);
+    }
+    let run = t.projects["app"]
+        .runs()
+        .find(|r| r.pipeline == 999)
+        .unwrap();
+    assert_eq!(run.arrived.len(), MAX_JOBS_PER_STAGE * 2);
 }
 
 #[test]
