@@ -244,7 +244,6 @@ impl DemandTracker {
     }
 }
 
-/// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
 /// Of `machines`, the ones still on their way (for the next pass), and how long each that was
 /// on its way at the last pass (`was_on_its_way`) took to take jobs since it was asked for.
 fn newly_ready<'a>(
@@ -275,6 +274,7 @@ fn push_sample(samples: &mut VecDeque<Millis>, sample: Millis) {
     samples.push_back(sample);
 }
 
+/// The 90th percentile (nearest rank): plan for a slow machine, not for the one outlier.
 fn slow_end(samples: &VecDeque<Millis>) -> Option<Millis> {
     percentile(samples, 90)
 }
