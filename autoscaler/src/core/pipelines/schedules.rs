@@ -8,8 +8,11 @@
 //! as a next stage is, until its pipeline arrives (a job whose `CI_PIPELINE_SOURCE` is
 //! `schedule`), or for at most one lead time after its time: a run that has not come by then
 //! (the schedule was deactivated, GitLab is late) is not coming soon, and a machine made for
-//! it would have been ready by then. A run holds one job: a pipeline's first stage has at least
-//! one, and how many more is not known before the pipeline exists.
+//! it would have been ready by then. Runs set for the same time are one batch: GitLab's
+//! schedule worker picks them up in one pass and its background jobs create their pipelines
+//! one after another, so while the batch's pipelines still come (one came within the last lead
+//! time) the rest of it is coming too, and stays held. A run holds one job: a pipeline's first
+//! stage has at least one, and how many more is not known before the pipeline exists.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +36,9 @@ struct ScheduledRun {
     pipeline: Option<u64>,
     /// That pipeline's jobs seen arriving.
     arrived: u32,
+    /// When that pipeline's first job arrived.
+    #[serde(default)]
+    came_at: Option<Millis>,
 }
 
 /// A project's scheduled runs, in order of time.
@@ -67,6 +73,7 @@ impl Schedules {
                     at,
                     pipeline: None,
                     arrived: 0,
+                    came_at: None,
                 },
             });
         }
@@ -90,6 +97,7 @@ impl Schedules {
                     return false;
                 };
                 run.pipeline = Some(pipeline);
+                run.came_at = Some(at);
                 run
             }
         };
@@ -98,17 +106,28 @@ impl Schedules {
     }
 
     /// Jobs held for at `now`: each run not yet come, from `ahead` before its time until a
-    /// lead time after it.
+    /// lead time after it, or after the latest pipeline of its batch (the runs set for the
+    /// same time) came, whichever is later.
     pub fn jobs_due(&self, now: Millis, ahead: Millis, lead_time: Millis) -> u32 {
         let due = self
             .runs
             .iter()
-            .filter(|r| r.pipeline.is_none())
-            .filter(|r| r.at <= now.saturating_add(ahead) && now <= r.at.saturating_add(lead_time))
+            .filter(|r| r.pipeline.is_none() && r.at <= now.saturating_add(ahead))
+            .filter(|r| now <= self.batch_last_came(r.at).saturating_add(lead_time))
             .count();
         u32::try_from(due)
             .unwrap_or(u32::MAX)
             .saturating_mul(JOBS_PER_RUN)
+    }
+
+    /// When the latest pipeline of the runs set for `at` came, or `at` itself if none came
+    /// after it.
+    fn batch_last_came(&self, at: Millis) -> Millis {
+        self.runs
+            .iter()
+            .filter(|r| r.at == at)
+            .filter_map(|r| r.came_at)
+            .fold(at, Millis::max)
     }
 }
 
@@ -134,6 +153,28 @@ mod tests {
             due(&s, 7_200_000 + LEAD + 1),
             0,
             "not come a lead time after"
+        );
+    }
+
+    #[test]
+    fn a_batch_still_coming_holds_its_runs_not_yet_come() {
+        let mut s = Schedules::default();
+        s.listed(vec![7_200_000; 3], 0);
+        let due = |s: &Schedules, now| s.jobs_due(now, 40_000, LEAD);
+        // GitLab creates the batch's pipelines one after another: two come, the second
+        // after the first's lead time has passed.
+        assert!(s.job_arrived(1, 7_230_000));
+        assert!(s.job_arrived(2, 7_250_000));
+        assert_eq!(
+            due(&s, 7_200_000 + LEAD + 30_000),
+            1,
+            "the batch still comes: its third run is held past a lead time after its time"
+        );
+        assert_eq!(due(&s, 7_250_000 + LEAD), 1);
+        assert_eq!(
+            due(&s, 7_250_000 + LEAD + 1),
+            0,
+            "nothing of the batch came for a lead time"
         );
     }
 
