@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use self::shape::{ProjectShape, Run, StageRun};
+pub use self::stage_shape::DURATIONS_KEPT;
 use super::Millis;
 
 /// Projects remembered; beyond it the one seen least recently is forgotten.
@@ -120,20 +121,24 @@ impl PipelineForecast {
 }
 
 /// How far a forecast looks: the pool's lead time (a released stage is held at most that long
-/// after it ended) and how far ahead the next stages' jobs are held (`ahead`, at most the lead
-/// time: `core::demand::Forecast::pipeline_horizon`).
+/// after it ended), how far ahead the next stages' jobs are held (`ahead`, at most the lead
+/// time) and from how many recent runs of a stage the earliest end of it is read (`runs`; see
+/// `core::demand::Forecast::pipeline_horizon`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Horizon {
     pub lead_time: Millis,
     pub ahead: Millis,
+    pub runs: usize,
 }
 
 impl Horizon {
-    /// Jobs held the whole lead time ahead.
+    /// Jobs held the whole lead time ahead of the earliest of the last [`RECENT_PIPELINES`]
+    /// runs' ends.
     pub fn lead(lead_time: Millis) -> Self {
         Self {
             lead_time,
             ahead: lead_time,
+            runs: RECENT_PIPELINES,
         }
     }
 }
@@ -243,7 +248,7 @@ impl PipelineTracker {
             }
             for due in project
                 .runs()
-                .filter_map(|r| next_stage_due(project, r, (now, horizon.lead_time), scope))
+                .filter_map(|r| next_stage_due(project, r, (now, horizon), scope))
             {
                 if due.jobs == 0 {
                     continue;
@@ -327,9 +332,10 @@ struct Due {
 fn next_stage_due(
     project: &ProjectShape,
     run: &Run,
-    (now, lead_time): (Millis, Millis),
+    (now, horizon): (Millis, Horizon),
     scope: ClassScope<'_>,
 ) -> Option<Due> {
+    let lead_time = horizon.lead_time;
     let current = run.current_stage()?;
     let learned = project.stage(&current.name)?;
     let duration = learned.usual_duration()?;
@@ -347,7 +353,7 @@ fn next_stage_due(
     }
     let at = current
         .started_at
-        .saturating_add(learned.shortest_duration()?);
+        .saturating_add(learned.shortest_duration(horizon.runs)?);
     if now
         > current
             .started_at

@@ -5,7 +5,7 @@
 use super::rise::P95_SHARE;
 use super::{DEFAULT_LEAD_TIME, Rises, Waits, allowed_waiting_share};
 use crate::core::Millis;
-use crate::core::pipelines::Horizon;
+use crate::core::pipelines::{DURATIONS_KEPT, Horizon, RECENT_PIPELINES};
 
 /// What the demand-aware policy knows about a pool's demand at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,13 +95,26 @@ impl Forecast {
     /// asked for that much later, less the spread and the pass interval: then 19 jobs in 20 so
     /// foreseen wait no longer than the target, and each machine idles that much less before
     /// its job comes. A target under those two holds them the whole lead time.
+    ///
+    /// The next stage is timed from the earliest end of the current one among its last `runs`
+    /// runs. A run ends before all of `n` earlier ones about once in `n + 1`, and the next
+    /// stage's jobs then come before their machines: so `n + 1` is the inverse of the share of
+    /// jobs the target lets wait ([`Self::waiting_share`]; 19 runs for 5 %), at least the last
+    /// [`RECENT_PIPELINES`] and at most those kept ([`DURATIONS_KEPT`]).
     pub fn pipeline_horizon(&self, target_wait: Millis, pass_interval: Millis) -> Horizon {
         let late = target_wait
             .saturating_sub(self.lead_spread)
             .saturating_sub(pass_interval);
+        let share = self.waiting_share(target_wait);
+        let runs = if share > 0.0 {
+            (1.0 / share).ceil() as usize - 1
+        } else {
+            DURATIONS_KEPT
+        };
         Horizon {
             lead_time: self.lead_time,
             ahead: self.lead_time.saturating_sub(late),
+            runs: runs.clamp(RECENT_PIPELINES, DURATIONS_KEPT),
         }
     }
 

@@ -133,6 +133,26 @@ fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
     assert_eq!(f.pipeline_horizon(30_000, 1_000).lead_time, 81_000);
 }
 
+/// The next stage is timed from the earliest end among as many of the current stage's recent
+/// runs as make a run ending earlier than all of them no likelier than the share of jobs the
+/// target lets wait: 19 for 5 %, fewer for looser targets, never fewer than 3.
+#[test]
+fn the_pipeline_horizon_reads_the_earliest_end_from_as_many_runs_as_the_target_asks() {
+    let mut t = DemandTracker::default();
+    for _ in 0..20 {
+        t.machine_ready(81_000);
+    }
+    let f = t.forecast(0, 600_000, 0);
+    assert_eq!(f.pipeline_horizon(0, 1_000).runs, 19, "5 % may wait");
+    // 30 s of an 81 s lead time: 5 % / (1 - 30/81) = 7.9 % may wait, one run in 12.6.
+    assert_eq!(f.pipeline_horizon(30_000, 1_000).runs, 12);
+    assert_eq!(
+        f.pipeline_horizon(200_000, 1_000).runs,
+        3,
+        "every job may wait: the last three, as for the usual duration"
+    );
+}
+
 #[test]
 fn gitlab_backlog_counts_while_fresh() {
     let mut t = DemandTracker::default();

@@ -119,6 +119,7 @@ fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     let horizon = Horizon {
         lead_time: LEAD,
         ahead: LEAD / 3,
+        runs: RECENT_PIPELINES,
     };
     let later = |at| t.forecast_for(at, horizon, ClassScope::All).jobs_due;
     assert_eq!((later(due - LEAD), later(due - LEAD / 3)), (0, 8));
@@ -132,6 +133,37 @@ fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     end_stage(&mut t, "app", 4, FANOUT[1], due + 10 * MINUTE);
     start_stage(&mut t, "app", 4, FANOUT[2], due + 10 * MINUTE);
     assert_eq!(t.forecast(due + 11 * MINUTE, LEAD).jobs_due, 0);
+}
+
+/// The build ran 5, 4, 6, 7 and 8 minutes in five pipelines: the tests after it are due from
+/// the earliest of as many of those runs as the horizon says.
+#[test]
+fn the_next_stage_is_due_from_the_earliest_of_as_many_runs_as_the_horizon_asks() {
+    let mut t = PipelineTracker::default();
+    let mut at = 0;
+    for (id, minutes) in (1..).zip([5, 4, 6, 7, 8]) {
+        let stages = [("build", 1, minutes * MINUTE), FANOUT[1], FANOUT[2]];
+        at = run_pipeline(&mut t, "app", id, &stages, at);
+    }
+    let start = at + MINUTE;
+    start_stage(&mut t, "app", 6, FANOUT[0], start);
+    let due_within = |runs, ahead_of| {
+        let horizon = Horizon {
+            lead_time: LEAD,
+            ahead: LEAD,
+            runs,
+        };
+        t.forecast_for(ahead_of - LEAD, horizon, ClassScope::All)
+            .jobs_due
+    };
+    assert_eq!(
+        due_within(3, start + 6 * MINUTE - 1),
+        0,
+        "the last three: 6 min"
+    );
+    assert_eq!(due_within(3, start + 6 * MINUTE), 8);
+    assert_eq!(due_within(5, start + 4 * MINUTE - 1), 0, "all five: 4 min");
+    assert_eq!(due_within(19, start + 4 * MINUTE), 8, "as many as are kept");
 }
 
 #[test]

@@ -112,6 +112,7 @@ fn a_scheduled_run_is_held_for_in_the_default_class_until_its_pipeline_comes() {
     let horizon = Horizon {
         lead_time: LEAD,
         ahead: LEAD,
+        runs: RECENT_PIPELINES,
     };
     let held = |t: &PipelineTracker, now, scope| t.forecast_for(now, horizon, scope).jobs_due;
     assert_eq!(held(&t, at - LEAD - 1, ClassScope::All), 0, "not yet");
