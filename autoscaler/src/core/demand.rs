@@ -33,6 +33,9 @@ pub const MAX_WINDOW: Millis = 60 * 60_000;
 /// How long a queue size GitLab reported is believed: later payloads replace it, and jobs it
 /// counted are taken by then.
 pub const QUEUE_REPORT_FRESH: Millis = 30_000;
+/// Hand-outs whose waits say whether the pool meets its target: the last 100, the fewest in
+/// which a 95th percentile has five jobs above it, so that one slow job does not decide it.
+const HANDOUTS_JUDGED: usize = 100;
 /// Create-to-ready times kept.
 const LEAD_SAMPLES: usize = 32;
 /// Assumed until the pool has made a machine: a cloud VM's boot, on the slow side.
@@ -60,6 +63,11 @@ pub struct DemandTracker {
     in_use_at: history::InUseHistory,
     /// Slots in use plus the buffer at each share, from each pass on: what the grace keeps.
     needed: history::NeedHistory,
+    /// The buffer alone at each share, from each pass on: what the grace keeps while jobs
+    /// are rare ([`Forecast::jobs_rare`]).
+    buffers: history::NeedHistory,
+    /// The waits of the last [`HANDOUTS_JUDGED`] jobs handed out, each from its intake.
+    handed_out: VecDeque<Millis>,
     /// How long the recent jobs that found no free slot waited, per regime.
     waits: waits::WaitHistory,
 }
@@ -112,6 +120,10 @@ impl DemandTracker {
     /// A job was handed to a sidecar `wait` after it came to the pool; a pass comes every
     /// `pass_interval` ([`Forecast::waits`]).
     pub fn job_handed_out(&mut self, wait: Millis, pass_interval: Millis) {
+        if self.handed_out.len() == HANDOUTS_JUDGED {
+            self.handed_out.pop_front();
+        }
+        self.handed_out.push_back(wait);
         self.waits.handed_out(wait, pass_interval);
     }
 
@@ -157,6 +169,13 @@ impl DemandTracker {
         while self.needs.len() > 1 && self.needs[1].0 + MAX_WINDOW < now {
             self.needs.pop_front();
         }
+    }
+
+    /// Whether the last jobs handed out meet `target_wait`: no more than 5 % of them waited
+    /// longer (none handed out yet: yes).
+    fn meets(&self, target_wait: Millis) -> bool {
+        let late = self.handed_out.iter().filter(|&&w| w > target_wait).count();
+        late * 20 <= self.handed_out.len()
     }
 
     /// The most slots needed from `since` on.
@@ -217,6 +236,18 @@ impl DemandTracker {
         let start_saving =
             self::surplus_grace(&boots, target_wait, Millis::MAX).saturating_sub(start_cost);
         self.needed.record(now, rises.plus(self.in_use));
+        self.buffers.record(now, rises);
+        let jobs_rare =
+            self.meets(target_wait) && (recent.len() as u64).saturating_mul(surplus_grace) < window;
+        let need_peak = if jobs_rare {
+            // A slot freed by a job's end is not kept for the next job, which is not expected
+            // within the grace; the buffer's own dips are still smoothed over it.
+            self.buffers
+                .peak_since(now.saturating_sub(surplus_grace))
+                .plus(self.in_use)
+        } else {
+            self.needed.peak_since(now.saturating_sub(surplus_grace))
+        };
         let need = self
             .in_use
             .saturating_add(rises.strictest())
@@ -234,7 +265,9 @@ impl DemandTracker {
             stop_need_peak: self
                 .needed
                 .peak_since(now.saturating_sub(stop_grace.unwrap_or(surplus_grace))),
-            need_peak: self.needed.peak_since(now.saturating_sub(surplus_grace)),
+            need_peak,
+            jobs_rare,
+            pipeline_keep: 0,
             window_peak: self.need_peak(now.saturating_sub(window)),
             start_time,
             stopped_slots: 0,

@@ -313,7 +313,11 @@ pub fn plan(input: &PlanInput<'_>) -> ScalePlan {
                 in_use.saturating_add(demand::wanted_free_slots(&f, p.target_wait)),
             ),
         };
-        wanted.saturating_add(recently_needed)
+        // While jobs are rare, the next stages due within the grace keep their machines.
+        let kept_for_pipelines = waiting_jobs.saturating_add(f.pipeline_keep);
+        wanted
+            .saturating_add(recently_needed)
+            .max(kept_for_pipelines)
     };
     let mut room = warm::StopRoom::new(input, &serving, &plan);
     reclaim_idle(

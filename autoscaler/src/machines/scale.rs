@@ -99,16 +99,22 @@ impl PoolController {
             name: &c.name,
             is_default,
         });
-        let pipelines = self
-            .pipeline_learning()
-            .tracker
-            .forecast_for(pass.now, horizon, scope);
+        let learning = self.pipeline_learning();
+        let pipelines = learning.tracker.forecast_for(pass.now, horizon, scope);
         let (pipeline_jobs, pipeline_released) = (pipelines.to_hold(), pipelines.released);
+        let pipeline_keep = forecast.keep_horizon(horizon).map_or(0, |keep| {
+            learning
+                .tracker
+                .forecast_for(pass.now, keep, scope)
+                .to_hold()
+        });
+        drop(learning);
         if !is_default {
             return Forecast {
                 rises: Rises::default(),
                 pipeline_jobs,
                 pipeline_released,
+                pipeline_keep,
                 gitlab_backlog: 0,
                 need_peak: Rises::default(),
                 stop_need_peak: Rises::default(),
@@ -118,6 +124,7 @@ impl PoolController {
         Forecast {
             pipeline_jobs,
             pipeline_released,
+            pipeline_keep,
             ..forecast
         }
     }

@@ -26,6 +26,17 @@ pub struct Forecast {
     /// (`core::pipelines`, `PipelineForecast::released`): part of GitLab's queue, like
     /// `gitlab_backlog`, which may count them too. Set by the caller.
     pub pipeline_released: u32,
+    /// Fewer jobs that nothing foresaw came in the window than one per `surplus_grace`
+    /// (`n · grace < window`), and the last jobs handed out meet the target (at most 5 % of
+    /// the last 100 waited longer): the next such job is not expected within the grace, so an
+    /// idle machine that nothing needs goes at once rather than after the grace
+    /// ([`Forecast::release_grace`]). While the target is missed, the grace keeps machines
+    /// that may serve jobs beyond the buffer.
+    pub jobs_rare: bool,
+    /// While jobs are rare: the pipelines' next-stage jobs due within `surplus_grace`
+    /// ([`Forecast::keep_horizon`]), for which idle machines are kept, not made. Set by the
+    /// caller, as `pipeline_jobs` is.
+    pub pipeline_keep: u32,
     /// How long this pool takes from the create request to a machine that takes jobs (the
     /// 90th percentile of the recent ones, so that a slow boot is planned for): the span within
     /// which a job can count only on the slots already held.
@@ -116,6 +127,30 @@ impl Forecast {
             ahead: self.lead_time.saturating_sub(late),
             runs: runs.clamp(RECENT_PIPELINES, DURATIONS_KEPT),
         }
+    }
+
+    /// How long an idle machine that nothing needs is kept: the grace, or nothing while jobs are
+    /// rare. The grace is what releasing a machine costs if a job then needs it (a boot and the
+    /// wait beyond the target, `surplus_grace`), `C`. If jobs nothing foresaw come at random at
+    /// a rate `r`, keeping the machine a time `g` saves on average
+    /// `(1 − e^(−r·g)) · (C − 1/r)`: whatever `g`, worth it only when `r · C > 1`, at least one
+    /// job expected within the grace. The rate is the window's (`n / window`).
+    pub fn release_grace(&self) -> Millis {
+        if self.jobs_rare {
+            0
+        } else {
+            self.surplus_grace
+        }
+    }
+
+    /// While jobs are rare, how far ahead the next stages' jobs keep idle machines from going:
+    /// those due within the grace, as keeping a machine for them costs less than making it
+    /// again (`None`: jobs are not rare, and the grace keeps machines anyway).
+    pub fn keep_horizon(&self, horizon: Horizon) -> Option<Horizon> {
+        self.jobs_rare.then_some(Horizon {
+            ahead: horizon.ahead.max(self.surplus_grace),
+            ..horizon
+        })
     }
 
     /// Jobs pending in GitLab that have not reached the pool: the queue GitLab last reported,

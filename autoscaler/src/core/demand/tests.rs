@@ -153,6 +153,30 @@ fn the_pipeline_horizon_reads_the_earliest_end_from_as_many_runs_as_the_target_a
     );
 }
 
+/// With boots of 60 s and a 30 s target the grace is 90 s: in a 10 min window jobs are rare up
+/// to six arrivals (6 × 90 s < 600 s), and only while the last jobs handed out meet the
+/// target (at most 5 % of them waited longer than it).
+#[test]
+fn jobs_are_rare_when_fewer_than_one_is_expected_within_the_grace() {
+    let rare = |arrivals: u64, late: u64| {
+        let mut t = DemandTracker::default();
+        t.machine_ready(60_000);
+        for i in 0..arrivals {
+            t.job_arrived(i * 1_000, None);
+        }
+        for i in 0..100 {
+            t.job_handed_out(if i < late { 31_000 } else { 0 }, 1_000);
+        }
+        let f = t.forecast(100_000, 600_000, 30_000);
+        assert_eq!(f.surplus_grace, 90_000);
+        f.jobs_rare
+    };
+    assert!(rare(0, 0), "no job at all");
+    assert!(rare(6, 5), "six, with five of the last hundred late");
+    assert!(!rare(7, 0), "seven: one expected within a grace");
+    assert!(!rare(6, 6), "the target missed: the grace keeps machines");
+}
+
 #[test]
 fn gitlab_backlog_counts_while_fresh() {
     let mut t = DemandTracker::default();
@@ -198,6 +222,9 @@ fn the_latest_queue_report_stands() {
 fn the_peak_need_covers_the_grace() {
     let mut t = DemandTracker::default();
     t.machine_ready(30_000);
+    // No job arrived, but the one handed out waited: the target (none) is missed, so jobs do
+    // not count as rare and the grace keeps what was in use.
+    t.job_handed_out(5_000, 1_000);
     for (at, slots) in [(0, 2), (1_000, 2), (10_000, 7), (20_000, 3), (40_000, 1)] {
         t.observe_in_use(slots);
         t.forecast(at, 600_000, 0);
@@ -211,6 +238,16 @@ fn the_peak_need_covers_the_grace() {
     assert_eq!(t.forecast(101_000, 600_000, 0).recent_need(0), 1);
     // The grace never exceeds the window (idle_time).
     assert_eq!(t.forecast(80_000, 10_000, 0).surplus_grace, 10_000);
+    // Rare jobs and the target met: what is in use now, not what was.
+    let mut rare = DemandTracker::default();
+    rare.machine_ready(30_000);
+    for (at, slots) in [(0, 7), (10_000, 1)] {
+        rare.observe_in_use(slots);
+        rare.forecast(at, 600_000, 0);
+    }
+    let f = rare.forecast(20_000, 600_000, 0);
+    assert!(f.jobs_rare);
+    assert_eq!(f.recent_need(0), 1);
 }
 
 #[test]

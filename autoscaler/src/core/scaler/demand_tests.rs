@@ -35,6 +35,8 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         gitlab_backlog: backlog,
         pipeline_jobs: 0,
         pipeline_released: 0,
+        jobs_rare: false,
+        pipeline_keep: 0,
         lead_time: 60_000,
         lead_spread: 0,
         surplus_grace: 60_000,
@@ -116,6 +118,46 @@ fn the_idle_strategy_ignores_the_forecast() {
         ..DEMAND
     };
     assert_eq!(run(&[], 0, &idle, forecast(5, 5), 0).create, 0);
+}
+
+/// While jobs are rare an idle machine nothing needs goes at the first pass rather than after
+/// the grace; one that a next stage due within the grace needs is kept, and one that the
+/// buffer needs stays as ever.
+#[test]
+fn while_jobs_are_rare_an_idle_machine_goes_at_once_unless_a_stage_due_keeps_it() {
+    let fleet = [
+        ready("a", 0, 100_000),
+        ready("b", 0, 100_001),
+        ready("busy", 1, 0),
+    ];
+    let within_grace = 101_000;
+    let usual = run(&fleet, 0, &DEMAND, forecast(0, 0), within_grace);
+    assert!(usual.destroy.is_empty(), "within the grace");
+    let rare = Forecast {
+        jobs_rare: true,
+        ..forecast(0, 0)
+    };
+    let gone = run(&fleet, 0, &DEMAND, rare, within_grace).destroy;
+    assert_eq!(gone.len(), 2);
+    assert!(gone.iter().all(|r| r.reason == Reason::DemandFell));
+    let stage_due = Forecast {
+        pipeline_keep: 1,
+        ..rare
+    };
+    let gone = run(&fleet, 0, &DEMAND, stage_due, within_grace).destroy;
+    assert_eq!(gone.len(), 1, "one kept for the stage due");
+    assert_eq!(gone[0].id, "a", "the longer idle goes");
+    let buffered = Forecast {
+        jobs_rare: true,
+        ..forecast(1, 0)
+    };
+    assert_eq!(
+        run(&fleet, 0, &DEMAND, buffered, within_grace)
+            .destroy
+            .len(),
+        1,
+        "the buffer's slot stays"
+    );
 }
 
 #[test]

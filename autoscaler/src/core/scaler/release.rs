@@ -65,7 +65,7 @@ pub(super) fn reclaim_idle(
 ) {
     let (grace, reason) = match p.strategy {
         Strategy::Idle => (p.idle_time, Reason::IdleTimeout),
-        Strategy::Demand => (forecast.surplus_grace, Reason::DemandFell),
+        Strategy::Demand => (forecast.release_grace(), Reason::DemandFell),
     };
     let stop_grace = match (p.strategy, forecast.stop_grace) {
         (Strategy::Demand, Some(stop)) => stop.min(grace),

@@ -27,6 +27,8 @@ fn forecast(
         gitlab_backlog: 0,
         pipeline_jobs,
         pipeline_released: 0,
+        jobs_rare: false,
+        pipeline_keep: 0,
         lead_time,
         lead_spread: 0,
         surplus_grace: 2 * lead_time,

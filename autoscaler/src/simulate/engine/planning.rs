@@ -59,6 +59,10 @@ impl Sim<'_> {
         let pipelines = self.pipelines.forecast_for(now, horizon, ClassScope::All);
         forecast.pipeline_jobs = pipelines.to_hold();
         forecast.pipeline_released = pipelines.released;
+        if let Some(keep) = forecast.keep_horizon(horizon) {
+            let kept = self.pipelines.forecast_for(now, keep, ClassScope::All);
+            forecast.pipeline_keep = kept.to_hold();
+        }
         let plan = scaler::plan(&PlanInput {
             machines: &views,
             waiting_jobs: waiting,
