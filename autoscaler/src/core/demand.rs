@@ -237,8 +237,11 @@ impl DemandTracker {
             self::surplus_grace(&boots, target_wait, Millis::MAX).saturating_sub(start_cost);
         self.needed.record(now, rises.plus(self.in_use));
         self.buffers.record(now, rises);
-        let jobs_rare =
-            self.meets(target_wait) && (recent.len() as u64).saturating_mul(surplus_grace) < window;
+        // The rate is (n + 1) / window: the mean rate given n arrivals under a flat prior. With
+        // n / window a stream coming once per grace would count as rare whenever the window
+        // held one arrival fewer than its mean (18 of 18.75), and churn a machine per job.
+        let arrivals = recent.len() as u64 + 1;
+        let jobs_rare = self.meets(target_wait) && arrivals.saturating_mul(surplus_grace) < window;
         let need_peak = if jobs_rare {
             // A slot freed by a job's end is not kept for the next job, which is not expected
             // within the grace; the buffer's own dips are still smoothed over it.

@@ -27,8 +27,9 @@ pub struct Forecast {
     /// `gitlab_backlog`, which may count them too. Set by the caller.
     pub pipeline_released: u32,
     /// Fewer jobs that nothing foresaw came in the window than one per `surplus_grace`
-    /// (`n · grace < window`), and the last jobs handed out meet the target (at most 5 % of
-    /// the last 100 waited longer): the next such job is not expected within the grace, so an
+    /// (`(n + 1) · grace < window`, the rate read as its mean under a flat prior), and the last
+    /// jobs handed out meet the target (at most 5 % of the last 100 waited longer): the next
+    /// such job is not expected within the grace, so an
     /// idle machine that nothing needs goes at once rather than after the grace
     /// ([`Forecast::release_grace`]). While the target is missed, the grace keeps machines
     /// that may serve jobs beyond the buffer.
