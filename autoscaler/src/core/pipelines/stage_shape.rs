@@ -12,8 +12,9 @@ use crate::core::Millis;
 /// 5 % share of jobs let wait, and from fewer for looser targets.
 pub const DURATIONS_KEPT: usize = 32;
 
-/// The last [`RECENT_PIPELINES`] observations of one figure, one per pipeline: a pipeline that
-/// observes it again (another job of the stage started) replaces its own.
+/// The last `KEPT` observations of one figure ([`RECENT_PIPELINES`] unless said), one per
+/// pipeline: a pipeline that observes it again (another job of the stage started) replaces its
+/// own.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Recent<T, const KEPT: usize = RECENT_PIPELINES> {
     by_pipeline: VecDeque<(u64, T)>,
