@@ -344,6 +344,8 @@ mod wanted;
 pub mod warm;
 
 #[cfg(test)]
+mod demand_props;
+#[cfg(test)]
 mod demand_tests;
 #[cfg(test)]
 mod pipeline_tests;

@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 
-use super::demand_tests::{DEMAND, fleet};
+use super::demand_props::fleet;
+use super::demand_tests::DEMAND;
 use super::{PlanInput, ScalePlan, ScalePolicy, plan};
 use crate::core::Millis;
 use crate::core::demand::{Forecast, Rises, WaitHistory, wanted_free_slots};
