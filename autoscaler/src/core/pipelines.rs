@@ -7,7 +7,8 @@
 //! the facts GitLab's job payloads carry (`job_info.project_id`, `CI_PIPELINE_ID`,
 //! `job_info.stage`, `job_info.name`) and the moments jobs start and end. For each pipeline in
 //! flight, the next stage's jobs are expected from the moment the current stage has run as
-//! long as its shortest recent run (a stage that ends earlier than its median is common, and
+//! long as the shortest of its recent runs, as many as the wait target asks
+//! (`Forecast::pipeline_horizon`: a stage that ends earlier than its median is common, and
 //! the next stage's jobs would then wait for a boot: being ready by the earliest recent end
 //! costs the idle time of the spread, a wait costs a boot); the planner holds slots for those
 //! expected within the pool's lead time, so that machines are ready when they become pending

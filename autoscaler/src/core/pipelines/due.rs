@@ -18,7 +18,8 @@ pub(super) struct Due {
 }
 
 /// The next stage of `run`, if the project's shape says what follows its current stage and how
-/// long that takes: due from the shortest recent duration while the current stage runs, its
+/// long that takes: due from the shortest of its last `horizon.runs` durations while the
+/// current stage runs, its
 /// jobs those of `scope`. A stage that has run twice its usual (median) time is no longer
 /// described by the shape (a slow runner, a hung job): its next stage is not forecast, rather
 /// than holding machines for it indefinitely. A stage whose jobs all ended has released the
