@@ -135,7 +135,8 @@ impl Forecast {
     /// wait beyond the target, `surplus_grace`), `C`. If jobs nothing foresaw come at random at
     /// a rate `r`, keeping the machine a time `g` saves on average
     /// `(1 − e^(−r·g)) · (C − 1/r)`: whatever `g`, worth it only when `r · C > 1`, at least one
-    /// job expected within the grace. The rate is the window's (`n / window`).
+    /// job expected within the grace. The rate is read from the window as `(n + 1) / window`
+    /// ([`Self::jobs_rare`]).
     pub fn release_grace(&self) -> Millis {
         if self.jobs_rare {
             0
