@@ -99,34 +99,21 @@ impl PoolController {
             name: &c.name,
             is_default,
         });
-        let learning = self.pipeline_learning();
-        let pipelines = learning.tracker.forecast_for(pass.now, horizon, scope);
-        let (pipeline_jobs, pipeline_released) = (pipelines.to_hold(), pipelines.released);
-        let pipeline_keep = forecast.keep_horizon(horizon).map_or(0, |keep| {
-            learning
-                .tracker
-                .forecast_for(pass.now, keep, scope)
-                .to_hold()
-        });
-        drop(learning);
+        let forecast = forecast.with_pipelines(
+            &self.pipeline_learning().tracker,
+            (pass.now, horizon),
+            scope,
+        );
         if !is_default {
             return Forecast {
                 rises: Rises::default(),
-                pipeline_jobs,
-                pipeline_released,
-                pipeline_keep,
                 gitlab_backlog: 0,
                 need_peak: Rises::default(),
                 stop_need_peak: Rises::default(),
                 ..forecast
             };
         }
-        Forecast {
-            pipeline_jobs,
-            pipeline_released,
-            pipeline_keep,
-            ..forecast
-        }
+        forecast
     }
 
     /// Whether `class` is the pool's default (a pool without classes has only that one).

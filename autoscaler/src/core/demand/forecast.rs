@@ -5,7 +5,9 @@
 use super::rise::P95_SHARE;
 use super::{DEFAULT_LEAD_TIME, Rises, Waits, allowed_waiting_share};
 use crate::core::Millis;
-use crate::core::pipelines::{DURATIONS_KEPT, Horizon, RECENT_PIPELINES};
+use crate::core::pipelines::{
+    ClassScope, DURATIONS_KEPT, Horizon, PipelineTracker, RECENT_PIPELINES,
+};
 
 /// What the demand-aware policy knows about a pool's demand at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -153,6 +155,28 @@ impl Forecast {
             ahead: horizon.ahead.max(self.surplus_grace),
             ..horizon
         })
+    }
+
+    /// The forecast with the pipelines' part set from `tracker`'s jobs in `scope` at `now`: the
+    /// next stages' jobs due within `horizon` ([`Self::pipeline_horizon`]), the released ones
+    /// on their way, and while jobs are rare those due within the grace
+    /// ([`Self::keep_horizon`]). The simulator and the service both take it from here.
+    pub fn with_pipelines(
+        self,
+        tracker: &PipelineTracker,
+        (now, horizon): (Millis, Horizon),
+        scope: ClassScope<'_>,
+    ) -> Self {
+        let pipelines = tracker.forecast_for(now, horizon, scope);
+        let pipeline_keep = self
+            .keep_horizon(horizon)
+            .map_or(0, |keep| tracker.forecast_for(now, keep, scope).to_hold());
+        Self {
+            pipeline_jobs: pipelines.to_hold(),
+            pipeline_released: pipelines.released,
+            pipeline_keep,
+            ..self
+        }
     }
 
     /// Jobs pending in GitLab that have not reached the pool: the queue GitLab last reported,

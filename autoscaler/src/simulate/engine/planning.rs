@@ -52,17 +52,11 @@ impl Sim<'_> {
         self.demand.observe_starts(on_the_way(true));
         let in_use = views.iter().map(|m| m.running_jobs).sum::<u32>() + waiting;
         self.demand.observe_in_use(in_use);
-        let mut forecast = self
+        let forecast = self
             .demand
             .forecast(now, policy.idle_time, policy.target_wait);
         let horizon = forecast.pipeline_horizon(policy.target_wait, TICK);
-        let pipelines = self.pipelines.forecast_for(now, horizon, ClassScope::All);
-        forecast.pipeline_jobs = pipelines.to_hold();
-        forecast.pipeline_released = pipelines.released;
-        if let Some(keep) = forecast.keep_horizon(horizon) {
-            let kept = self.pipelines.forecast_for(now, keep, ClassScope::All);
-            forecast.pipeline_keep = kept.to_hold();
-        }
+        let forecast = forecast.with_pipelines(&self.pipelines, (now, horizon), ClassScope::All);
         let plan = scaler::plan(&PlanInput {
             machines: &views,
             waiting_jobs: waiting,
