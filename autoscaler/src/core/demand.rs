@@ -5,8 +5,8 @@
 //! those that jobs will ask for before a new machine could be ready. The tracker remembers
 //! recent arrivals, the slots in use at each pass and the pool's measured create-to-ready
 //! times (the lead time). For each recent job it works out the *rise* it met: the slots taken,
-//! net of those freed, within one lead time before it ([`rise`]); the forecast hands the
-//! planner, for every share of jobs a wait target may let wait, the fewest free slots that
+//! net of those freed, within one lead time before it (the `rise` module); the forecast hands
+//! the planner, for every share of jobs a wait target may let wait, the fewest free slots that
 //! leave no more than that share of those jobs without one. Jobs are weighed down linearly
 //! with their age until they count for nothing after the window (the pool's `idle_time`), so
 //! as demand falls the buffer falls with it, and with no demand it is zero. GitLab's reported

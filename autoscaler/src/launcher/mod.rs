@@ -1,7 +1,7 @@
 //! The edge towards a machine once it runs: putting a sidecar on it, asking whether the sidecar
-//! still runs, stopping it. [`SshLauncher`] does this over SSH with the pool's [`Injector`];
-//! [`fake::FakeLauncher`] does it in memory, so that the machine side runs in tests without
-//! an SSH server.
+//! still runs, stopping it. [`SshLauncher`] does this over SSH with the pool's
+//! [`Injector`](crate::inject::Injector); `fake::FakeLauncher` (built for tests) does it in
+//! memory, so that the machine side runs in tests without an SSH server.
 //!
 //! An injection is one [`LaunchSession`] (one SSH connection): reach the machine, learn its host
 //! key, run the ready check, then start the sidecar with a token minted for that machine. The

@@ -67,9 +67,9 @@ pub struct Forecast {
     /// the machine it asks for again at the next.
     pub need_peak: Rises,
     /// The most job slots needed (in use, plus the strictest buffer and GitLab's queue) over the
-    /// whole window (the pool's `idle_time`, at most [`MAX_WINDOW`]): the peak a warm pool's
-    /// stopped machines are kept for, since a stopped machine costs only its disk and can wait
-    /// out a longer quiet spell than an idle one.
+    /// whole window (the pool's `idle_time`, at most [`super::MAX_WINDOW`]): the peak a warm
+    /// pool's stopped machines are kept for, since a stopped machine costs only its disk and can
+    /// wait out a longer quiet spell than an idle one.
     pub window_peak: u32,
     /// How long a stopped machine of this pool takes from its start to taking jobs (the 90th
     /// percentile of the recent ones; `None` until one was measured).
@@ -208,7 +208,7 @@ impl Forecast {
     }
 
     /// The free slots that keep the p95 wait within `target_wait` (`demand::rise`), counting the
-    /// stopped machines' slots ([`Self::warm`]).
+    /// stopped machines' slots (lowered where they stand in for running ones, as `warm` says).
     pub fn buffer(&self, target_wait: Millis) -> u32 {
         self.warm(&self.rises, target_wait)
     }
