@@ -90,6 +90,12 @@ enum Command {
         /// The oracle's boot time, create request to ready.
         #[arg(long, requires = "oracle", default_value = "60s", value_parser = humantime::parse_duration)]
         boot_time: std::time::Duration,
+        /// Instead of one run, one run per `target_wait` (comma-separated, e.g.
+        /// 10s,20s,30s,45s,60s,90s), every demand-aware pool of the policy set to it: each run's
+        /// p95 wait and machine time paid for no job, which runs are on the frontier, and each
+        /// run's whole report.
+        #[arg(long, conflicts_with = "oracle", value_delimiter = ',', value_parser = parse_target_wait)]
+        target_waits: Vec<std::time::Duration>,
     },
     /// Export a runner's finished jobs from GitLab's REST API as a replay file for
     /// `simulate` (one job a line: ready, duration, project, pipeline, stage, name, class).
@@ -134,6 +140,15 @@ enum ProvisionerCommand {
     },
 }
 
+/// A `target_wait` as the policy file takes it: a duration of at most an hour.
+fn parse_target_wait(s: &str) -> Result<std::time::Duration, String> {
+    let target = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))?;
+    if target > std::time::Duration::from_secs(3600) {
+        return Err(format!("{s:?}: a target_wait must be at most 1h"));
+    }
+    Ok(target)
+}
+
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -173,7 +188,11 @@ impl Cli {
                 policy,
                 oracle: _,
                 boot_time,
+                target_waits,
             } => match policy {
+                Some(policy) if !target_waits.is_empty() => print_simulation(
+                    crate::simulate::sweep_target_wait(&workload, &policy, &target_waits),
+                ),
                 Some(policy) => {
                     // The planner's decisions go to stderr when asked for
                     // (`RUST_LOG=autoscaler::simulate=debug`); stdout stays the report.

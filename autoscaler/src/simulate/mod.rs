@@ -19,12 +19,14 @@ mod release;
 pub mod replay;
 mod report;
 mod rng;
+mod sweep;
 mod workload;
 
 use std::path::{Path, PathBuf};
 
 pub use oracle::{OracleCost, OracleReport};
 pub use report::{PoolReport, Report};
+pub use sweep::{SweepReport, SweepRun, sweep_target_wait};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimulateError {
@@ -43,9 +45,24 @@ pub enum SimulateError {
 
 /// Runs `workload` (a TOML workload, or a `*.tsv` replay) under `policy`.
 pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError> {
+    let (load, pools) = read_inputs(workload, policy)?;
+    Ok(run(&load, &pools, name_of(workload), name_of(policy)))
+}
+
+/// The workload's jobs and the policy's pools, each class of the one served by a pool of the
+/// other.
+fn read_inputs(
+    workload: &Path,
+    policy: &Path,
+) -> Result<(load::Load, Vec<policy::SimPool>), SimulateError> {
     let load = load::Load::read(workload)?;
     let pools = policy::read(&input::Input::read(policy)?)?;
     load.check_classes(workload, &pools, policy)?;
+    Ok((load, pools))
+}
+
+/// Each of `pools` through its class's share of `load`, reported under the two names.
+fn run(load: &load::Load, pools: &[policy::SimPool], workload: String, policy: String) -> Report {
     let until = load.start + load.length;
     let tallies = pools
         .iter()
@@ -73,7 +90,7 @@ pub fn simulate(workload: &Path, policy: &Path) -> Result<Report, SimulateError>
             )
         })
         .collect();
-    Ok(Report::new(name_of(workload), name_of(policy), tallies))
+    Report::new(workload, policy, tallies)
 }
 
 /// The clairvoyant lower bound on `workload` ([`oracle`]): no job waits, and the machine time
