@@ -32,10 +32,14 @@ async fn machines_that_start_their_sidecars_from_user_data_run_jobs_without_ssh(
     let root = dir.path().join("machines");
     let _cleanup = LocalMachinesGuard { root: root.clone() };
     let gitlab = FakeGitLab::start(&["--trace-update-interval", "1"]).await?;
+    // Taskscaler's rule keeps an idle machine for `idle_time`, so that both machines are still
+    // there to be looked at once the jobs are done: the demand-aware default releases a
+    // machine at once when nothing is expected, which on a loaded host can come before the
+    // slower machine's sidecar first polls.
     let pool = PoolSpec::local(
         "boot",
         &root,
-        "max_machines = 2\ncapacity_per_machine = 1\nidle_time = \"60s\"",
+        "max_machines = 2\ncapacity_per_machine = 1\nidle_time = \"60s\"\nstrategy = \"idle\"",
         "mode = \"builtin\"\nstart = \"user_data\"\nready_timeout = \"60s\"",
     );
     gitlab.add_runner(&pool.upstream_token).await?;
