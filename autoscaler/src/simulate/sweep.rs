@@ -41,9 +41,9 @@ pub struct SweepRun {
     pub report: Report,
 }
 
-/// Runs `workload` under `policy` once per target of `targets` (in parallel: the runs share
-/// nothing), each demand-aware pool's `target_wait` set to it. A policy without a demand-aware
-/// pool is refused: the targets would change nothing.
+/// Runs `workload` under `policy` once per target of `targets` (as many at once as the machine
+/// has cores: the runs share nothing), each demand-aware pool's `target_wait` set to it. A
+/// policy without a demand-aware pool is refused: the targets would change nothing.
 pub fn sweep_target_wait(
     workload: &Path,
     policy: &Path,
@@ -61,18 +61,23 @@ pub fn sweep_target_wait(
         });
     }
     let (workload, policy) = (super::name_of(workload), super::name_of(policy));
-    let reports: Vec<Report> = std::thread::scope(|scope| {
-        let runs: Vec<_> = targets
-            .iter()
-            .map(|&target| {
-                let (load, pools, names) = (&load, &pools, (&workload, &policy));
-                scope.spawn(move || run_at(load, pools, target, names))
-            })
-            .collect();
-        runs.into_iter()
-            .map(|run| run.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    });
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let mut reports: Vec<Report> = Vec::with_capacity(targets.len());
+    for batch in targets.chunks(cores) {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = batch
+                .iter()
+                .map(|&target| {
+                    let (load, pools, names) = (&load, &pools, (&workload, &policy));
+                    scope.spawn(move || run_at(load, pools, target, names))
+                })
+                .collect();
+            reports.extend(
+                runs.into_iter()
+                    .map(|run| run.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+        });
+    }
     let priced = reports.iter().all(|r| r.total.cost.is_some());
     let price = |r: &Report| {
         if priced {
