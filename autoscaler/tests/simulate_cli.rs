@@ -13,6 +13,16 @@ fn autoscaler(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// A run's JSON report, once it has exited 0.
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn a_shipped_workload_prints_a_json_report() {
     let out = autoscaler(&[
@@ -21,12 +31,7 @@ fn a_shipped_workload_prints_a_json_report() {
         "--policy",
         "deploy/simulate/policies/demand.toml",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = json(&out);
     for key in [
         "wait_seconds",
         "machine_minutes",
@@ -98,12 +103,7 @@ fn the_oracle_needs_no_policy_and_reports_its_overhead() {
         "--boot-time",
         "90s",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = json(&out);
     assert_eq!(report["boot_seconds"].as_f64(), Some(90.0));
     assert!(report["machines_made"].as_u64().unwrap() > 0, "{report}");
     let overhead = report["overhead_minutes"].as_f64().unwrap();
@@ -119,15 +119,6 @@ fn the_oracle_needs_no_policy_and_reports_its_overhead() {
         "deploy/simulate/policies/demand.toml",
     ]);
     assert_eq!(both.status.code(), Some(2));
-}
-
-fn json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 const WORKLOAD: &str = "deploy/simulate/workloads/projects.toml";

@@ -68,7 +68,8 @@ pub fn sweep_target_wait(
             let runs: Vec<_> = batch
                 .iter()
                 .map(|&target| {
-                    let (load, pools, names) = (&load, &pools, (&workload, &policy));
+                    let (load, pools) = (&load, &pools);
+                    let names = (workload.as_str(), policy.as_str());
                     scope.spawn(move || run_at(load, pools, target, names))
                 })
                 .collect();
@@ -117,7 +118,7 @@ fn run_at(
     load: &Load,
     pools: &[SimPool],
     target: Duration,
-    (workload, policy): (&String, &String),
+    (workload, policy): (&str, &str),
 ) -> Report {
     let pools: Vec<SimPool> = pools
         .iter()
@@ -129,7 +130,7 @@ fn run_at(
             pool
         })
         .collect();
-    super::run(load, &pools, workload.clone(), policy.clone())
+    super::run(load, &pools, workload.to_string(), policy.to_string())
 }
 
 /// Idle plus booting machine-minutes, to the tenth.
