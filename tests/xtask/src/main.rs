@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         .and_then(|root| simulate::simulate(&root, &rest)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test|demo|chaos|bench|docs|references|simulate> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N] [--gitlab legacy|two-phase])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write] [--pin-check])\n  docs   build the book into target/book/\n  references  check that no file points outside the repository\n  simulate  the workloads under both policies, side by side ([--write] [--sweep] [--seeds N])"
+                "usage: cargo xtask <test|demo|chaos|bench|docs|references|simulate> [args]\n  test   run formatting, lints, every test and the chaos suite\n  demo   run the demo\n  chaos  run the chaos suite alone ([SCENARIO...] [--seed N] [--gitlab legacy|two-phase])\n  bench  run the benchmarks and write BENCHMARKS.md ([FIGURE...] [--quick] [--no-write] [--pin-check])\n  docs   build the book into target/book/\n  references  check that no file points outside the repository\n  simulate  the workloads under both policies, side by side ([--write] [--sweep] [--frontier [--plot]] [--seeds N])"
             );
             return ExitCode::from(2);
         }

@@ -11,7 +11,8 @@
 //! is taskscaler at its best, not one chosen to lose.
 //!
 //! `--frontier` sweeps every policy family and prints each one's frontier of p95 wait against
-//! overhead, the oracle, and the targets of issues #26 and #29 ([`frontier`]).
+//! overhead, the oracle, and the targets of issues #26 and #29 ([`frontier`]); with
+//! `--seeds N`, every target line on N other draws of each workload instead.
 //!
 //! `--seeds N` reruns the comparison on N draws of every workload ([`seeds`]); with `--sweep`,
 //! each setting is judged by its means over those draws.
@@ -66,7 +67,7 @@ pub fn simulate(root: &Path, args: &[String]) -> Result<()> {
         ),
     };
     if args.iter().any(|a| a == "--frontier") {
-        return frontier::frontier(root, &binary, &workloads, args);
+        return frontier::frontier(root, &binary, &workloads, args, draws);
     }
     if args.iter().any(|a| a == "--sweep") {
         return sweep(&binary, &dir, &workloads, draws);

@@ -7,6 +7,8 @@
 //! pool (`max_stopped`); taskscaler over a grid of `idle_count` × `idle_time` × `scale_factor`
 //! on its baseline's `# sweep` lines. `--write` puts the tables into the book
 //! (`docs/src/design/frontier.md`), `--plot` draws one SVG per workload beside it ([`plot`]).
+//! With `--seeds N` it sweeps N other draws of every workload instead and tabulates each
+//! target line on each ([`draws`]).
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +16,7 @@ use anyhow::{Context, Result, bail};
 
 use super::{Run, stem};
 
+mod draws;
 mod plot;
 mod sweep;
 mod targets;
@@ -85,19 +88,26 @@ pub fn p95_within(front: &[&Point], budget: f64, cost: impl Fn(&Point) -> f64) -
         .min_by(f64::total_cmp)
 }
 
-pub fn frontier(root: &Path, binary: &Path, workloads: &[PathBuf], args: &[String]) -> Result<()> {
+pub fn frontier(
+    root: &Path,
+    binary: &Path,
+    workloads: &[PathBuf],
+    args: &[String],
+    draws: Option<u64>,
+) -> Result<()> {
     let dir = root.join("deploy/simulate");
+    if let Some(count) = draws {
+        let page = draws::draws(binary, &dir, workloads, count)?;
+        print!("{page}");
+        if args.iter().any(|a| a == "--write") {
+            write_page(&root.join(FRONTIER_PAGE), &page, draws::MARKERS)?;
+        }
+        return Ok(());
+    }
     let mut all = Vec::new();
     for w in workloads {
-        let name = stem(w);
-        eprintln!("{name}: sweeping");
-        let points = sweep::run_families(binary, &dir, w)?;
-        all.push(Workload {
-            oracle_overhead: oracle_overhead(binary, w)?,
-            pipelines: std::fs::read_to_string(w)?.contains("[[pipelines]]"),
-            name,
-            points,
-        });
+        eprintln!("{}: sweeping", stem(w));
+        all.push(sweep_workload(binary, &dir, w)?);
     }
     let mut page = String::new();
     for w in &all {
@@ -114,12 +124,23 @@ pub fn frontier(root: &Path, binary: &Path, workloads: &[PathBuf], args: &[Strin
         }
     }
     if args.iter().any(|a| a == "--write") {
-        write_page(&root.join(FRONTIER_PAGE), &page)?;
+        write_page(&root.join(FRONTIER_PAGE), &page, (BEGIN, END))?;
     }
     if missed > 0 {
         eprintln!("{missed} target lines MISSED (above)");
     }
     Ok(())
+}
+
+/// Every family's points on the workload at `path`, and its oracle. The policies are those
+/// written for the workload's name (its file's stem), wherever the file is.
+fn sweep_workload(binary: &Path, dir: &Path, path: &Path) -> Result<Workload> {
+    Ok(Workload {
+        oracle_overhead: oracle_overhead(binary, path)?,
+        pipelines: std::fs::read_to_string(path)?.contains("[[pipelines]]"),
+        name: stem(path),
+        points: sweep::run_families(binary, dir, path)?,
+    })
 }
 
 fn oracle_overhead(binary: &Path, workload: &Path) -> Result<f64> {
@@ -175,13 +196,14 @@ const BEGIN: &str = "<!-- frontier:begin (cargo xtask simulate --frontier --writ
 const END: &str = "<!-- frontier:end -->";
 const FRONTIER_PAGE: &str = "docs/src/design/frontier.md";
 
-fn write_page(page: &Path, body: &str) -> Result<()> {
+/// Puts `body` between the page's `(begin, end)` markers.
+fn write_page(page: &Path, body: &str, (begin, end): (&str, &str)) -> Result<()> {
     let text = std::fs::read_to_string(page)?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{FRONTIER_PAGE} lacks the markers {BEGIN} and {END}");
+    let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
+        bail!("{FRONTIER_PAGE} lacks the markers {begin} and {end}");
     };
-    let updated = format!("{}{BEGIN}\n{body}\n{}", &text[..a], &text[b..]);
+    let updated = format!("{}{begin}\n{body}\n{}", &text[..a], &text[b..]);
     std::fs::write(page, updated)?;
-    eprintln!("{FRONTIER_PAGE}: tables written");
+    eprintln!("{FRONTIER_PAGE}: written between {begin} and {end}");
     Ok(())
 }

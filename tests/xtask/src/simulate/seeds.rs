@@ -109,7 +109,7 @@ pub fn mean_run(
 }
 
 /// The workload with its `seed = ...` line replaced (added when it has none).
-fn with_seed(text: &str, seed: u64) -> String {
+pub(super) fn with_seed(text: &str, seed: u64) -> String {
     let mut out = String::new();
     let mut replaced = false;
     for line in text.lines() {

@@ -22,18 +22,55 @@ const DEFAULT_TARGET: &str = "target_wait 30s";
 const ORACLE_TIMES: f64 = 5.0;
 const WARM_PIPELINE_P95: f64 = 20.0;
 
+/// The lines' names, as the table of other draws lists them.
+pub const FRONTIER_LINE: &str = "#26 frontier";
+pub const DEFAULT_LINE: &str = "#26 default target";
+pub const WARM_LINE: &str = "#29 warm pool";
+
+/// One target line on one workload: which line, its figure in a few words, whether it holds,
+/// and the whole sentence.
+pub struct Verdict {
+    pub workload: String,
+    pub line: &'static str,
+    pub figure: String,
+    pub met: bool,
+    pub text: String,
+}
+
+impl Verdict {
+    fn new(w: &Workload, line: &'static str, figure: String, met: bool, text: &str) -> Self {
+        Verdict {
+            workload: w.name.clone(),
+            line,
+            figure,
+            met,
+            text: format!("- {}: {text}: {}", w.name, verdict(met)),
+        }
+    }
+}
+
+/// Every target line of every workload, in the page's order.
+pub fn verdicts(all: &[Workload]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for w in all {
+        out.push(frontier_saving(w));
+        if w.pipelines {
+            out.push(default_target(w));
+        }
+        out.push(warm_pool(w));
+    }
+    out
+}
+
 /// The verdict lines, and how many missed.
 pub fn check(all: &[Workload]) -> (String, usize) {
-    let mut lines = vec![String::from("\n#### Targets\n")];
-    for w in all {
-        lines.push(frontier_saving(w));
-        if w.pipelines {
-            lines.push(default_target(w));
-        }
-        lines.push(warm_pool(w));
+    let verdicts = verdicts(all);
+    let missed = verdicts.iter().filter(|v| !v.met).count();
+    let mut text = String::from("\n#### Targets\n\n");
+    for v in &verdicts {
+        text.push_str(&v.text);
+        text.push('\n');
     }
-    let missed = lines.iter().filter(|l| l.ends_with("MISSED")).count();
-    let text = lines.iter().map(|l| format!("{l}\n")).collect();
     (text, missed)
 }
 
@@ -45,7 +82,7 @@ fn cost(p: &Point) -> f64 {
     p.run.cost.unwrap_or(f64::NAN)
 }
 
-fn frontier_saving(w: &Workload) -> String {
+fn frontier_saving(w: &Workload) -> Verdict {
     let demand = pareto(&w.family(Family::Demand), Point::overhead);
     let task = pareto(&w.family(Family::Taskscaler), Point::overhead);
     let mut at: Vec<f64> = demand
@@ -74,21 +111,31 @@ fn frontier_saving(w: &Workload) -> String {
         }
     }
     let Some((x, d, t, ratio)) = worst else {
-        return format!(
-            "- {}: #26 frontier: neither frontier reaches a p95 of 60 s or less, so the demand-aware one is not shown below taskscaler's anywhere in 10-60 s: MISSED",
-            w.name
+        return Verdict::new(
+            w,
+            FRONTIER_LINE,
+            "neither reaches 60 s".into(),
+            false,
+            "#26 frontier: neither frontier reaches a p95 of 60 s or less, so the demand-aware one is not shown below taskscaler's anywhere in 10-60 s",
         );
     };
     let shown = |v: Option<f64>| v.map_or("none reaches it".into(), |v| format!("{v:.0}"));
-    format!(
-        "- {}: #26 frontier, demand-aware overhead <= {:.0} % of taskscaler's for p95 in 10-60 s: least saving at p95 {x:.1} s: {} against {} machine-min ({:.0} %): {}",
-        w.name,
+    let figure = if ratio == 0.0 {
+        // Every p95 compared is one only the demand-aware frontier reaches.
+        "taskscaler reaches none".into()
+    } else if ratio.is_finite() {
+        format!("{:.0} % at {x:.1} s", ratio * 100.0)
+    } else {
+        format!("only taskscaler reaches {x:.1} s")
+    };
+    let text = format!(
+        "#26 frontier, demand-aware overhead <= {:.0} % of taskscaler's for p95 in 10-60 s: least saving at p95 {x:.1} s: {} against {} machine-min ({:.0} %)",
         SAVING * 100.0,
         shown(d),
         shown(t),
         ratio * 100.0,
-        verdict(ratio <= SAVING)
-    )
+    );
+    Verdict::new(w, FRONTIER_LINE, figure, ratio <= SAVING, &text)
 }
 
 fn default_point(w: &Workload, family: Family) -> Option<&Point> {
@@ -97,24 +144,34 @@ fn default_point(w: &Workload, family: Family) -> Option<&Point> {
         .find(|p| p.family == family && p.setting.starts_with(DEFAULT_TARGET))
 }
 
-fn default_target(w: &Workload) -> String {
+fn default_target(w: &Workload) -> Verdict {
     let Some(p) = default_point(w, Family::Demand) else {
-        return format!("- {}: #26 default target: not run: MISSED", w.name);
+        return Verdict::new(
+            w,
+            DEFAULT_LINE,
+            "not run".into(),
+            false,
+            "#26 default target: not run",
+        );
     };
     let limit = ORACLE_TIMES * w.oracle_overhead;
     let met = p.run.p95 <= 30.0 && p.overhead() <= limit;
-    format!(
-        "- {}: #26 default target_wait 30s on a pipeline workload: p95 {:.1} s (<= 30), overhead {:.0} machine-min (<= 5 x oracle {:.0} = {:.0}): {}",
-        w.name,
+    let figure = format!(
+        "{:.1} s at {:.1} x the oracle",
+        p.run.p95,
+        p.overhead() / w.oracle_overhead
+    );
+    let text = format!(
+        "#26 default target_wait 30s on a pipeline workload: p95 {:.1} s (<= 30), overhead {:.0} machine-min (<= 5 x oracle {:.0} = {:.0})",
         p.run.p95,
         p.overhead(),
         w.oracle_overhead,
         limit,
-        verdict(met)
-    )
+    );
+    Verdict::new(w, DEFAULT_LINE, figure, met, &text)
 }
 
-fn warm_pool(w: &Workload) -> String {
+fn warm_pool(w: &Workload) -> Verdict {
     let cold = pareto(&w.family(Family::Demand), cost);
     let warm = pareto(&w.family(Family::Warm), cost);
     // Where the warm pool does worst against half the cold policy's p95 at the same cost.
@@ -129,27 +186,38 @@ fn warm_pool(w: &Workload) -> String {
         }
         met &= ok;
     }
-    let mut line = match worst {
+    // The warm pool's p95 in seconds, or `none` where no warm point costs so little.
+    let shown = |got: Option<f64>, none: &str| got.map_or(none.into(), |g| format!("{g:.1} s"));
+    let (mut line, mut figure) = match worst {
         Some((c, _, got)) => {
             let cold_p95 = p95_within(&cold, c, cost).unwrap_or(f64::NAN);
-            format!(
-                "- {}: #29 warm pool, p95 <= half at equal cost: tightest at cost {c:.2}: {} s with a stopped pool, {cold_p95:.1} s without",
-                w.name,
-                got.map_or("none within that cost".into(), |g| format!("{g:.1}"))
+            (
+                format!(
+                    "#29 warm pool, p95 <= half at equal cost: tightest at cost {c:.2}: {} with a stopped pool, {cold_p95:.1} s without",
+                    shown(got, "no point within that cost")
+                ),
+                format!(
+                    "at {c:.2}: {}, {cold_p95:.1} s without",
+                    shown(got, "no warm point")
+                ),
             )
         }
-        None => format!("- {}: #29 warm pool: no point without one", w.name),
+        None => (
+            "#29 warm pool: no point without one".into(),
+            "no point without one".into(),
+        ),
     };
     if w.pipelines
         && let Some(d) = default_point(w, Family::Demand)
     {
         let got = p95_within(&warm, cost(d), cost);
         met &= got.is_some_and(|g| g <= WARM_PIPELINE_P95);
+        let got = shown(got, "none");
         line.push_str(&format!(
-            "; at the default target's cost ({:.2}) {} s (<= 20)",
-            cost(d),
-            got.map_or("none".into(), |g| format!("{g:.1}"))
+            "; at the default target's cost ({:.2}) {got} (<= 20)",
+            cost(d)
         ));
+        figure.push_str(&format!("; {got} at the default's cost"));
     }
-    format!("{line}: {}", verdict(met))
+    Verdict::new(w, WARM_LINE, figure, met, &line)
 }
