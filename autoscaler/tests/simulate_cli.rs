@@ -23,6 +23,13 @@ fn json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// What a refused run printed on stderr, once it has exited with `code`.
+fn refused(out: &std::process::Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    stderr
+}
+
 #[test]
 fn a_shipped_workload_prints_a_json_report() {
     let out = autoscaler(&[
@@ -60,8 +67,7 @@ fn a_malformed_file_exits_64_naming_it() {
         "--policy",
         policy.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(64));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&out, 64);
     assert!(
         stderr.contains("policy.toml: line 3: pools[0].scaling.max_machines"),
         "{stderr}"
@@ -86,8 +92,7 @@ fn a_bad_replay_line_exits_64_naming_the_file_and_line() {
         "--policy",
         "deploy/simulate/policies/demand.toml",
     ]);
-    assert_eq!(out.status.code(), Some(64));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&out, 64);
     assert!(
         stderr.contains("day.tsv: line 3: duration: \"soon\" is not a duration"),
         "{stderr}"
@@ -224,8 +229,7 @@ fn a_policy_without_a_demand_aware_pool_is_refused() {
         "--target-waits",
         "30s",
     ]);
-    assert_eq!(out.status.code(), Some(64));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused(&out, 64);
     assert!(
         stderr.contains("projects-taskscaler.toml: target_wait: no pool is demand-aware"),
         "{stderr}"
@@ -247,8 +251,7 @@ fn a_target_over_an_hour_or_not_a_duration_is_a_usage_error() {
             "--target-waits",
             list,
         ]);
-        assert_eq!(out.status.code(), Some(2), "{list}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = refused(&out, 2);
         assert!(stderr.contains(says), "{list}: {stderr}");
     }
     let with_oracle = autoscaler(&["simulate", WORKLOAD, "--oracle", "--target-waits", "30s"]);
