@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use rand::RngExt;
 
 use crate::config::{Intake, PolicyCell, PoolConfig, PoolPolicy};
+use crate::core::scaler::Strategy;
 use crate::dispatch::PoolQueue;
 use crate::jobs::Jobs;
 use crate::store::{Store, StoreError};
@@ -81,6 +82,15 @@ impl Pool {
     /// When the pool asks GitLab for jobs (see [`Intake`]), under the policy in force.
     pub fn intake(&self) -> Intake {
         self.policy().intake(self.config.provisioner.is_none())
+    }
+
+    /// The p95 wait the planner aims at under the policy in force: the demand-aware
+    /// strategy's `target_wait`; `None` for a pool under the idle strategy, which aims at no
+    /// wait, and for a static pool, which makes no machine.
+    pub fn target_wait(&self) -> Option<std::time::Duration> {
+        let policy = self.policy();
+        (self.config.provisioner.is_some() && policy.scaling.strategy == Strategy::Demand)
+            .then_some(policy.scaling.target_wait)
     }
 
     pub fn last_update(&self) -> Option<String> {

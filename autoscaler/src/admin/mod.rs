@@ -77,6 +77,10 @@ pub struct PoolStatus {
     /// Job requests of the pool's sidecars held open right now (sidecars ready for a job).
     #[serde(default)]
     pub requests_waiting: usize,
+    /// The p95 wait the pool's planner aims at (`target_wait` in force; only for a
+    /// demand-aware pool that makes machines).
+    #[serde(default)]
+    pub target_wait_seconds: Option<f64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -95,7 +95,7 @@ pub(super) fn pool_statuses(admin: &Admin) -> Vec<PoolStatus> {
             }
             PoolStatus {
                 name: p.name().to_string(),
-                intake: format!("{:?}", p.intake()).to_lowercase(),
+                intake: p.intake().name().to_string(),
                 jobs: by_phase.get(p.name()).cloned().unwrap_or_default(),
                 machines: counts,
                 provisioner: machines.map(|m| match m.breaker() {
@@ -107,6 +107,7 @@ pub(super) fn pool_statuses(admin: &Admin) -> Vec<PoolStatus> {
                 paused: p.upstream_refusal(),
                 paused_by_operator: p.paused_by_operator(),
                 requests_waiting: p.queue.waiting(),
+                target_wait_seconds: p.target_wait().map(|t| t.as_secs_f64()),
             }
         })
         .collect()

@@ -290,6 +290,9 @@ fn show_status(v: &Value) -> String {
             vec![
                 text(&p["name"]),
                 text(&p["intake"]),
+                p["target_wait_seconds"]
+                    .as_f64()
+                    .map_or_else(|| "-".into(), |s| format!("{s}s")),
                 paused,
                 counts(&p["machines"]),
                 counts(&p["jobs"]),
@@ -297,7 +300,14 @@ fn show_status(v: &Value) -> String {
         })
         .collect();
     out.push_str(&table(
-        &["POOL", "INTAKE", "PAUSED", "MACHINES", "JOBS"],
+        &[
+            "POOL",
+            "INTAKE",
+            "WAIT TARGET",
+            "PAUSED",
+            "MACHINES",
+            "JOBS",
+        ],
         rows,
     ));
     out

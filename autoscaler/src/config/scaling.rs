@@ -24,6 +24,17 @@ pub enum Intake {
     Hybrid,
 }
 
+impl Intake {
+    /// The mode as the configuration spells it (`intake = "on_demand"`), for the admin API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Preemptive => "preemptive",
+            Self::OnDemand => "on_demand",
+            Self::Hybrid => "hybrid",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ScalingConfig {
     pub max_machines: u32,

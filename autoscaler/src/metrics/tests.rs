@@ -65,7 +65,7 @@ fn every_family_is_named_autoscaler_noun_unit_and_documented() {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(families.len(), 18, "{families:?}");
+    assert_eq!(families.len(), 19, "{families:?}");
     for family in families {
         assert!(family.starts_with("autoscaler_"), "{family}");
         assert!(

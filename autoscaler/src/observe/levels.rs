@@ -3,6 +3,7 @@
 //! transition) and costs one pass over machines and jobs per scrape.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::collector::Collector;
@@ -208,6 +209,22 @@ impl Levels {
         family
     }
 
+    /// The `target_wait` in force of each demand-aware pool that makes machines (reloads
+    /// included), so that an alert can hold the p95 wait its users see against it.
+    fn target_waits(&self) -> Family<PoolOnly, Gauge<f64, AtomicU64>> {
+        let family = Family::<PoolOnly, Gauge<f64, AtomicU64>>::default();
+        for pool in &self.pools {
+            if let Some(target) = pool.target_wait() {
+                family
+                    .get_or_create(&PoolOnly {
+                        pool: pool.name().into(),
+                    })
+                    .set(target.as_secs_f64());
+            }
+        }
+        family
+    }
+
     fn jobs(&self) -> Family<JobLabels, Gauge> {
         let family = Family::<JobLabels, Gauge>::default();
         let by_phase = self.jobs.phases_by_pool();
@@ -260,6 +277,12 @@ impl Collector for Levels {
             "autoscaler_job_slots",
             "Job slots of the machines taking jobs: idle, reserved (handed a job not yet started), busy",
             &self.slots(&load),
+        )?;
+        emit(
+            &mut encoder,
+            "autoscaler_target_wait_seconds",
+            "The p95 job wait a demand-aware pool's planner aims at (its target_wait in force)",
+            &self.target_waits(),
         )?;
         emit(
             &mut encoder,

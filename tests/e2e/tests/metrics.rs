@@ -1,6 +1,7 @@
 //! The metrics an operator builds panels and alerts on: every family from start-up with zero
 //! series per pool, a machine lost behind the autoscaler's back counted as a failure of its own
-//! reason, and a machine running its only job (`max_use_count = 1`) shown busy.
+//! reason, a machine running its only job (`max_use_count = 1`) shown busy, and the wait target
+//! of a demand-aware pool (none for an idle one) to hold the job waits against.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -137,6 +138,17 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
         "no zero series for scale actions:\n{}",
         first.text
     );
+    // The idle strategy aims at no wait: no target to hold the p95 against.
+    ensure!(
+        !first.has("autoscaler_target_wait_seconds"),
+        "an idle pool shows a wait target:\n{}",
+        first.text
+    );
+    let status = pool_status(autoscaler, &pool.name).await?;
+    ensure!(
+        status["target_wait_seconds"].is_null(),
+        "GET /pools shows a wait target for an idle pool: {status}"
+    );
 
     let ready = autoscaler
         .wait_machines(WITHIN, "an idle machine ready", |l| {
@@ -190,6 +202,22 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
     Ok(())
 }
 
+/// The pool as `GET /pools` shows it.
+async fn pool_status(autoscaler: &Autoscaler, pool: &str) -> Result<serde_json::Value> {
+    let pools: serde_json::Value = autoscaler
+        .admin_get("/pools")
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let status = pools
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == pool))
+        .with_context(|| format!("no pool {pool} in {pools}"))?;
+    Ok(status.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
     let rig = prepare(
@@ -217,6 +245,23 @@ async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
         s.sum("autoscaler_job_slots", &[("pool", name), ("state", "busy")]) == 1.0
     })
     .await?;
+    // Demand-aware by default, aiming at the default p95 of 30 s: an alert holds the waits
+    // users see against it.
+    ensure!(
+        series_line(
+            &scrape,
+            "autoscaler_target_wait_seconds",
+            &format!("pool=\"{name}\"")
+        ) && scrape.sum("autoscaler_target_wait_seconds", &[("pool", name)]) == 30.0,
+        "no wait target of 30 s:\n{}",
+        scrape.text
+    );
+    // The admin API says the same, and names the intake as the configuration spells it.
+    let status = pool_status(autoscaler, name).await?;
+    ensure!(
+        status["target_wait_seconds"] == 30.0 && status["intake"] == "on_demand",
+        "GET /pools: {status}"
+    );
     ensure!(
         scrape.sum("autoscaler_machines", &[("pool", name), ("state", "busy")]) == 1.0
             && scrape.sum(

@@ -86,13 +86,15 @@ function drawPools(status) {
     const refused = p.paused_by_operator ? "paused by an operator"
       : p.paused ? `GitLab refuses: ${p.paused}` : "yes";
     return el("tr", { "data-pool": p.name },
-      el("td", {}, p.name), el("td", {}, p.intake), el("td", {}, counts(p.machines)),
+      el("td", {}, p.name), el("td", {}, p.intake),
+      el("td", {}, p.target_wait_seconds == null ? "—" : duration(p.target_wait_seconds * 1000)),
+      el("td", {}, counts(p.machines)),
       el("td", {}, counts(p.jobs)), el("td", {}, p.requests_waiting ?? 0),
       el("td", { class: p.provisioner && p.provisioner.state !== "closed" ? "warn-text" : "" },
         provisionerText(p.provisioner)),
       el("td", { class: refused === "yes" ? "" : "warn-text" }, refused));
   });
-  replaceRows($("pools"), rows, 7, "no pools");
+  replaceRows($("pools"), rows, 8, "no pools");
 }
 
 function drawJobs(jobs, now) {
