@@ -1,4 +1,5 @@
 use std::path::Path;
+use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
@@ -152,4 +153,21 @@ fn a_file_naming_the_address_already_bound_asks_for_no_change() {
     let moved = r.reload(&listen(9999));
     assert_eq!(moved.outcome, "refused");
     assert_eq!(moved.details, ["server.listen: needs a restart"]);
+}
+
+#[test]
+fn the_wait_target_shown_is_the_one_in_force() {
+    let r = rig();
+    // `idle_count` written without a strategy: the idle strategy, which aims at no wait.
+    assert_eq!(r.pool.target_wait(), None);
+    let demand = |target: &str| {
+        text(1, PROVISIONER).replace(
+            "idle_count = 1",
+            &format!("strategy = \"demand\"\ntarget_wait = \"{target}\""),
+        )
+    };
+    assert_eq!(r.reload(&demand("45s")).outcome, "applied");
+    assert_eq!(r.pool.target_wait(), Some(Duration::from_secs(45)));
+    assert_eq!(r.reload(&demand("10s")).outcome, "applied");
+    assert_eq!(r.pool.target_wait(), Some(Duration::from_secs(10)));
 }
