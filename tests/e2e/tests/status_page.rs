@@ -159,6 +159,13 @@ async fn the_status_page_shows_the_machines_and_jobs_of_a_running_stack() -> Res
     // The quick job and the two long ones started within the hour.
     ensure!(report.wait_points == 3, "{report:?}");
     ensure!(report.wait_summary.contains("1 waiting now"), "{report:?}");
+    // The pool is demand-aware with the default target: the chart reads the waits against it.
+    ensure!(
+        report
+            .wait_summary
+            .contains("Wait target 30 s (dashed line): 0 waited longer."),
+        "{report:?}"
+    );
     ensure!(
         report.refreshed.len() == 2 && report.refreshed.iter().all(|r| r.starts_with("updated")),
         "{:?}",

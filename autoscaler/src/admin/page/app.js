@@ -188,18 +188,28 @@ function quantile(sorted, q) {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
-function drawWaits(recent, waiting) {
+// The wait target the pools shown share (a demand-aware pool's target_wait), in ms; null when
+// they have none or differ, as the chart mixes their jobs.
+function sharedTarget(pools) {
+  const targets = new Set(pools.map((p) => p.target_wait_seconds ?? null));
+  const [only] = targets;
+  return targets.size === 1 && only != null ? only * 1000 : null;
+}
+
+function drawWaits(recent, waiting, target) {
   const { since, now, waits } = recent;
   const current = waiting.map((j) => ({ job: j.id, pool: j.pool, waited_ms: now - j.accepted_at }));
   const sorted = waits.map((w) => w.waited_ms).sort((a, b) => a - b);
   const summary = sorted.length === 0 ? "No job started in the last hour."
     : `${sorted.length} jobs started in the last hour: median wait ${duration(quantile(sorted, 0.5))},`
       + ` 95th percentile ${duration(quantile(sorted, 0.95))}, longest ${duration(sorted[sorted.length - 1])}.`;
+  const over = target == null ? "" : ` Wait target ${duration(target)} (dashed line):`
+    + ` ${sorted.filter((ms) => ms > target).length} waited longer.`;
   const longest = Math.max(0, ...current.map((c) => c.waited_ms));
-  $("wait-summary").textContent = summary + (current.length
+  $("wait-summary").textContent = summary + over + (current.length
     ? ` ${current.length} waiting now, the longest for ${duration(longest)} (rings at the right edge).` : "");
   const height = 220;
-  const top = Math.max(10e3, ...sorted, longest) * 1.1;
+  const top = Math.max(10e3, ...sorted, longest, target ?? 0) * 1.1;
   const x = (t) => 50 + ((t - since) / (now - since)) * (WIDTH - 70);
   const y = (ms) => height - AXIS - (ms / top) * (height - AXIS - 12);
   const chart = $("wait-chart");
@@ -210,6 +220,11 @@ function drawWaits(recent, waiting) {
       svg("text", { x: 44, y: y(top * f) + 4, "text-anchor": "end", class: "tick" }, duration(top * f)));
   }
   timeAxis(chart, x, since, now, height - AXIS);
+  if (target != null) {
+    chart.append(svg("line", { x1: 50, x2: WIDTH - 20, y1: y(target), y2: y(target), class: "target" }),
+      svg("text", { x: WIDTH - 22, y: y(target) - 4, "text-anchor": "end", class: "target-label" },
+        `target ${duration(target)}`));
+  }
   for (const w of waits) {
     chart.append(svg("circle", { cx: x(w.started_at), cy: y(w.waited_ms), r: 4, class: "wait", "data-job": w.job },
       svg("title", {}, `job ${w.job} (${w.pool}) waited ${duration(w.waited_ms)}, started ${clock(w.started_at)}`)));
@@ -242,7 +257,7 @@ async function refresh() {
       await Promise.all(["/status", "/machines", "/jobs", "/waits"].map(getJson));
     drawPools(status);
     drawMachines(machines, waits.now);
-    drawWaits(waits, drawJobs(jobs, waits.now));
+    drawWaits(waits, drawJobs(jobs, waits.now), sharedTarget(status.pools));
     lastGood = Date.now();
     $("refreshed").textContent = `updated ${clock(lastGood)}`;
     $("token-form").hidden = true;
