@@ -33,6 +33,11 @@ pub const MAX_WINDOW: Millis = 60 * 60_000;
 /// How long a queue size GitLab reported is believed: later payloads replace it, and jobs it
 /// counted are taken by then.
 pub const QUEUE_REPORT_FRESH: Millis = 30_000;
+/// How long a job released to GitLab for want of a machine is expected back as a retry:
+/// GitLab fails it once its acknowledgement key expires, 2 minutes after the last keep-alive,
+/// at the next run of its stuck-job worker (every 30 s), and then queues the retry its retry
+/// rules allow (`api-spec/runner-protocol.md`, two-phase commit).
+pub const RETRY_EXPECTED_WITHIN: Millis = 150_000;
 /// Hand-outs whose waits say whether the pool meets its target: the last 100, the fewest in
 /// which a 95th percentile has five jobs above it, so that one slow job does not decide it.
 const HANDOUTS_JUDGED: usize = 100;
@@ -70,6 +75,9 @@ pub struct DemandTracker {
     handed_out: VecDeque<Millis>,
     /// How long the recent jobs that found no free slot waited, per regime.
     waits: waits::WaitHistory,
+    /// When jobs were released to GitLab for want of a machine, within the last
+    /// [`RETRY_EXPECTED_WITHIN`].
+    released: VecDeque<Millis>,
 }
 
 /// A machine a pass sees on its way to taking jobs: its id, when it was asked for (its
@@ -115,6 +123,34 @@ impl DemandTracker {
         if newer {
             self.queue_report = Some((queued, at));
         }
+    }
+
+    /// A job was released to GitLab at `at` because no machine took it within
+    /// `acquire_timeout`. GitLab fails it and may queue a retry, which comes back as a new job;
+    /// until a job has come since, or [`RETRY_EXPECTED_WITHIN`] has passed, it is counted as
+    /// in GitLab's queue ([`Self::retries_due`]), so that the machine made for it is not
+    /// released as unneeded moments before its retry comes.
+    pub fn job_released(&mut self, at: Millis) {
+        self.released.push_back(at);
+    }
+
+    /// Released jobs whose retries may still come: those of the last
+    /// [`RETRY_EXPECTED_WITHIN`], less the jobs that came since the first of them (a retry
+    /// comes as any new job: which job it is, is not known).
+    fn retries_due(&mut self, now: Millis) -> u32 {
+        while self
+            .released
+            .front()
+            .is_some_and(|&at| at.saturating_add(RETRY_EXPECTED_WITHIN) < now)
+        {
+            self.released.pop_front();
+        }
+        let Some(&first) = self.released.front() else {
+            return 0;
+        };
+        let came = |times: &VecDeque<Millis>| times.len() - times.partition_point(|&t| t <= first);
+        let came = came(&self.arrivals) + came(&self.foreseen);
+        u32::try_from(self.released.len().saturating_sub(came)).unwrap_or(u32::MAX)
     }
 
     /// A job was handed to a sidecar `wait` after it came to the pool; a pass comes every
@@ -209,10 +245,12 @@ impl DemandTracker {
         let lead_time = slow_end(&self.lead_times).unwrap_or(DEFAULT_LEAD_TIME);
         let lead_spread =
             percentile(&self.lead_times, 95).map_or(0, |slowest| slowest.saturating_sub(lead_time));
-        let gitlab_backlog = match self.queue_report {
+        let reported = match self.queue_report {
             Some((jobs, at)) if now.saturating_sub(at) <= QUEUE_REPORT_FRESH => jobs,
             _ => 0,
         };
+        // Both are GitLab's queue: a released job's retry is in it once GitLab queues it.
+        let gitlab_backlog = reported.max(self.retries_due(now));
         self.in_use_at.record(now, self.in_use);
         let rises = self.in_use_at.rises(&recent, &self.foreseen, lead_time);
         let weighed: Vec<(u32, u64)> = rises

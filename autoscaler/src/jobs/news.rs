@@ -60,6 +60,13 @@ pub enum JobNews {
     Started { at: Millis, pipeline: PipelineJob },
     /// The job stopped running: it ended, or its machine was lost.
     Ended { at: Millis, pipeline: PipelineJob },
+    /// The pool released the job to GitLab, held for its acknowledgement, because no machine
+    /// took it within `acquire_timeout`: GitLab fails it and may queue a retry.
+    Released {
+        at: Millis,
+        /// The machine class it routed to (`None`: the pool has no classes).
+        class: Option<String>,
+    },
 }
 
 impl JobNews {
@@ -121,6 +128,13 @@ impl Jobs {
             list.pop_front();
         }
         list.push_back(news);
+    }
+
+    /// `id` was released to GitLab for want of a machine (see [`JobNews::Released`]).
+    pub fn released_to_gitlab(&self, pool: &str, id: crate::core::JobId) {
+        let class = self.get(id).and_then(|r| r.class);
+        let at = self.clock.now();
+        self.record_news(pool, JobNews::Released { at, class });
     }
 
     /// What happened to `pool`'s jobs since the last call, oldest first (for its forecasts).

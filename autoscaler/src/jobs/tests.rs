@@ -264,3 +264,22 @@ async fn a_jobs_first_hand_out_is_news_of_its_wait() {
     hand_out(2);
     assert!(jobs.take_news("default").is_empty());
 }
+
+/// A job released to GitLab for want of a machine is news: its retry may come back, and the
+/// machine made for it is kept for that.
+#[tokio::test]
+async fn a_job_released_to_gitlab_is_news_with_its_class() {
+    let (jobs, _, clock) = table();
+    jobs.accept("default", &payload(5, &[])).unwrap();
+    jobs.take_news("default");
+    clock.advance(Duration::from_secs(10));
+    jobs.released_to_gitlab("default", JobId(5));
+    let news: Vec<_> = jobs.take_news("default").into_iter().collect();
+    assert_eq!(
+        news,
+        [JobNews::Released {
+            at: clock.now(),
+            class: None
+        }]
+    );
+}

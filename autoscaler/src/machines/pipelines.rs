@@ -58,6 +58,7 @@ impl PoolController {
                 }
                 JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
                 JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),
+                JobNews::Released { at, class } => demand.job_released(class.as_deref(), at),
             }
         }
     }

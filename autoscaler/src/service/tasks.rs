@@ -94,6 +94,7 @@ fn give_up(jobs: &Jobs, pool: &str, id: crate::core::JobId, timeout: u64) {
     let result = if held {
         tracing::warn!(job.id = %id, %pool, %reason,
             "releasing the job to GitLab: no more keep-alives, so GitLab fails it as runner_provisioning_timeout and may retry it elsewhere");
+        jobs.released_to_gitlab(pool, id);
         jobs.apply(id, JobEvent::Ended)
     } else {
         tracing::warn!(job.id = %id, %pool, %reason, "giving up on a job");

@@ -53,6 +53,12 @@ impl ClassDemand {
         self.tracker(class).job_handed_out(wait, pass_interval);
     }
 
+    /// A job routed to `class` was released to GitLab at `at` for want of a machine: its retry
+    /// may come back ([`DemandTracker::job_released`]).
+    pub fn job_released(&mut self, class: Option<&str>, at: Millis) {
+        self.tracker(class).job_released(at);
+    }
+
     /// The forecast of `class` from its own jobs and machines only. Called for every class at
     /// every pass: the rises are read from the slots in use recorded at each one.
     pub fn forecast(&mut self, class: Option<&str>, pass: &ClassPass<'_>) -> Forecast {

@@ -17,7 +17,9 @@ pub struct Forecast {
     /// allows.
     pub rises: Rises,
     /// Jobs GitLab still queued for this runner when it last handed one out (`queue_size`
-    /// of the payload minus the job handed out), while that report is fresh.
+    /// of the payload minus the job handed out), while that report is fresh; or, if more, the
+    /// jobs the pool released to GitLab whose retries may still come
+    /// (`DemandTracker::job_released`).
     pub gitlab_backlog: u32,
     /// Jobs of pipelines' next stages expected pending within `lead_time`, less the slots the
     /// stages before them hold, which are free by then (`PipelineForecast::to_hold`; 0 where no

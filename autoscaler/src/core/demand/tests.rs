@@ -198,6 +198,28 @@ fn gitlab_backlog_counts_while_fresh() {
 /// Jobs taken in one instant report GitLab's queue in no set order: the smallest stands (the
 /// queue only shrinks as the pool takes from it), and an older report never replaces a newer.
 #[test]
+fn a_job_released_for_want_of_a_machine_is_expected_back_until_a_job_comes() {
+    let mut t = DemandTracker::default();
+    t.job_released(10_000);
+    // GitLab fails it and may queue its retry: counted as in GitLab's queue.
+    assert_eq!(t.forecast(12_000, 600_000, 0).gitlab_backlog, 1);
+    assert_eq!(t.forecast(150_000, 600_000, 0).gitlab_backlog, 1);
+    // A job came since (the retry, as far as anyone can tell): no longer.
+    t.job_arrived(151_000, None);
+    assert_eq!(t.forecast(152_000, 600_000, 0).gitlab_backlog, 0);
+    // Unanswered, it is given up once GitLab would have queued the retry.
+    let mut t = DemandTracker::default();
+    t.job_released(10_000);
+    t.job_released(11_000);
+    assert_eq!(t.forecast(20_000, 600_000, 0).gitlab_backlog, 2);
+    assert_eq!(
+        t.forecast(11_000 + RETRY_EXPECTED_WITHIN + 1, 600_000, 0)
+            .gitlab_backlog,
+        0
+    );
+}
+
+#[test]
 fn the_latest_queue_report_stands() {
     let mut t = DemandTracker::default();
     t.job_arrived(5_000, Some(1));
