@@ -148,8 +148,9 @@ impl DemandTracker {
         let Some(&first) = self.released.front() else {
             return 0;
         };
-        let came = |times: &VecDeque<Millis>| times.len() - times.partition_point(|&t| t <= first);
-        let came = came(&self.arrivals) + came(&self.foreseen);
+        let since_first =
+            |times: &VecDeque<Millis>| times.len() - times.partition_point(|&t| t <= first);
+        let came = since_first(&self.arrivals) + since_first(&self.foreseen);
         u32::try_from(self.released.len().saturating_sub(came)).unwrap_or(u32::MAX)
     }
 
