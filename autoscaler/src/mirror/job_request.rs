@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::body::{self, read_limited};
 use super::params::Params;
-use super::runners::{Peer, authenticate};
+use super::runners::{Peer, authenticate, authenticate_again};
 use super::{ApiError, App};
 use crate::core::JobId;
 use crate::core::job::JobPhase;
@@ -43,11 +43,9 @@ pub async fn request_job(
         .ok_or(ApiError::TooManyJobRequests {
             limit: app.long_polls.max_per_sidecar(),
         })?;
-    let span = tracing::Span::current();
-    span.record("sidecar.id", sidecar.id().0);
-    span.record("pool", sidecar.pool());
+    // `authenticate` recorded the sidecar and its pool: a field recorded twice is printed twice.
     if let Some(machine) = &sidecar.record.machine {
-        span.record("machine.id", machine.as_str());
+        tracing::Span::current().record("machine.id", machine.as_str());
     }
     app.sidecars
         .note_poll(&sidecar, info, params.string("system_id"));
@@ -93,7 +91,7 @@ async fn address_known(
     let mut changes = app.machines.get(&pool)?.subscribe();
     let deadline = crate::clock::monotonic() + ADDRESS_WAIT;
     loop {
-        match authenticate(app, token, peer).await {
+        match authenticate_again(app, token, peer).await {
             Ok(sidecar) => return Some(sidecar),
             Err(ApiError::AddressNotYetKnown) => {}
             Err(_) => return None,

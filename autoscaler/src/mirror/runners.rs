@@ -69,21 +69,37 @@ fn check_registration(params: &Params) -> Result<(), ApiError> {
     }
 }
 
-/// The sidecar whose token this is, when the request comes from where that token may be used.
+/// The sidecar whose token this is, when the request comes from where that token may be used;
+/// recorded in the request's span (before the address check, so that a refusal names it).
 pub(super) async fn authenticate(
     app: &App,
     token: &str,
     peer: Option<Peer>,
 ) -> Result<Arc<Sidecar>, ApiError> {
-    let sidecar = app
-        .sidecars
-        .authenticate(token)
-        .ok_or_else(|| ApiError::Forbidden("unknown runner token".into()))?;
+    let sidecar = token_holder(app, token)?;
     let span = tracing::Span::current();
     span.record("sidecar.id", sidecar.id().0);
     span.record("pool", sidecar.pool());
     check_source(app, &sidecar, peer.map(|Extension(ConnectInfo(p))| p)).await?;
     Ok(sidecar)
+}
+
+/// [`authenticate`] for a request that asks again, whose span already names the sidecar: a
+/// field recorded twice is printed twice.
+pub(super) async fn authenticate_again(
+    app: &App,
+    token: &str,
+    peer: Option<Peer>,
+) -> Result<Arc<Sidecar>, ApiError> {
+    let sidecar = token_holder(app, token)?;
+    check_source(app, &sidecar, peer.map(|Extension(ConnectInfo(p))| p)).await?;
+    Ok(sidecar)
+}
+
+fn token_holder(app: &App, token: &str) -> Result<Arc<Sidecar>, ApiError> {
+    app.sidecars
+        .authenticate(token)
+        .ok_or_else(|| ApiError::Forbidden("unknown runner token".into()))
 }
 
 /// The client's address, put into every request by the server (`conn`).

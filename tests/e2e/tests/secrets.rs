@@ -1,7 +1,8 @@
 //! No token reaches a log: a stack runs jobs on a new machine with every kind of token in play
 //! (the pool's upstream and registration tokens, a registered sidecar's token, the machines'
 //! sidecar tokens, job tokens, the admin token, and wrong tokens presented on purpose), and
-//! every log it produced is searched for each of them.
+//! every log it produced is searched for each of them. The autoscaler's log also names each
+//! span's ids once: a field recorded twice is printed twice.
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,74 @@ fn files_under(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The fields that one span of a log line prints more than once, with the span's name
+/// (`request{sidecar.id=4 pool="demo" sidecar.id=4}` gives `request: sidecar.id`). The spans
+/// open the line after its level, each `name{fields}:`; quoted values may hold anything.
+fn repeated_span_fields(line: &str) -> Vec<String> {
+    let mut repeated = Vec::new();
+    let Some(level) = ["TRACE ", "DEBUG ", "INFO ", "WARN ", "ERROR "]
+        .iter()
+        .find_map(|l| line.find(l).map(|at| at + l.len()))
+    else {
+        return repeated;
+    };
+    let mut rest = line[level..].trim_start();
+    while let Some(open) = rest.find('{') {
+        let name = &rest[..open];
+        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            break;
+        }
+        let (fields, after) = span_fields(&rest[open + 1..]);
+        let mut seen = std::collections::HashSet::new();
+        for key in fields {
+            if !seen.insert(key.clone()) {
+                repeated.push(format!("{name}: {key}"));
+            }
+        }
+        match after.strip_prefix(':') {
+            Some(next) => rest = next,
+            None => break,
+        }
+    }
+    repeated
+}
+
+/// The keys of one span's `key=value` fields up to its closing brace, and what follows it.
+fn span_fields(text: &str) -> (Vec<String>, &str) {
+    let (mut keys, mut key) = (Vec::new(), String::new());
+    let (mut in_value, mut quoted, mut escaped) = (false, false, false);
+    for (at, c) in text.char_indices() {
+        if quoted {
+            (quoted, escaped) = (escaped || c != '"', !escaped && c == '\\');
+        } else if c == '}' {
+            return (keys, &text[at + 1..]);
+        } else if in_value {
+            quoted = c == '"';
+            in_value = c != ' ';
+        } else if c == '=' {
+            keys.push(std::mem::take(&mut key));
+            in_value = true;
+        } else if c != ' ' {
+            key.push(c);
+        }
+    }
+    (keys, "")
+}
+
+#[test]
+fn a_field_a_span_prints_twice_is_found() {
+    let twice = "2026-11-30T04:57:26.897349Z  INFO request{method=POST path=/api/v4/jobs/request \
+        request_id=a299 sidecar.id=4 pool=\"demo\" sidecar.id=4 pool=\"demo\" machine.id=\"demo-2\"}: \
+        autoscaler::machines: machine ready";
+    assert_eq!(
+        repeated_span_fields(twice),
+        ["request: sidecar.id", "request: pool"]
+    );
+    let once = "2026-11-30T04:57:26.049429Z  INFO pass{pool=demo}:inject{pool=demo \
+        machine.id=demo-2 note=\"a } and a \\\" and x=1\"}: autoscaler::machines: state changed pool=demo";
+    assert!(repeated_span_fields(once).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,6 +232,13 @@ async fn no_token_appears_in_any_log_the_stack_produced() -> Result<()> {
         ensure!(
             main.contains(needle),
             "the autoscaler's log has no {needle:?}"
+        );
+    }
+    for line in main.lines() {
+        let repeated = repeated_span_fields(line);
+        ensure!(
+            repeated.is_empty(),
+            "a span prints {repeated:?} more than once: {line}"
         );
     }
     ensure!(
