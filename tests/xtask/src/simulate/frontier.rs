@@ -5,8 +5,10 @@
 //!
 //! The families ([`sweep`]): the demand-aware policy over `target_wait`; the same with a warm
 //! pool (`max_stopped`); taskscaler over a grid of `idle_count` × `idle_time` × `scale_factor`
-//! on its baseline's `# sweep` lines. `--write` puts the tables into the book
-//! (`docs/src/design/frontier.md`), `--plot` draws one SVG per workload beside it ([`plot`]).
+//! on its baseline's `# sweep` lines; and on the streams, taskscaler told each span's true
+//! arrival rates ([`informed`]), a reference no target reads. `--write` puts the tables into
+//! the book (`docs/src/design/frontier.md`), `--plot` draws one SVG per workload beside it
+//! ([`plot`]).
 //! With `--seeds N` it sweeps N other draws of every workload instead and tabulates each
 //! target line on each ([`draws`]).
 
@@ -17,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use super::{Run, stem};
 
 mod draws;
+mod informed;
 mod plot;
 mod sweep;
 mod targets;
@@ -107,7 +110,7 @@ pub fn frontier(
     let mut all = Vec::new();
     for w in workloads {
         eprintln!("{}: sweeping", stem(w));
-        all.push(sweep_workload(binary, &dir, w)?);
+        all.push(sweep_workload(binary, &dir, w, true)?);
     }
     let mut page = String::new();
     for w in &all {
@@ -115,6 +118,7 @@ pub fn frontier(
     }
     let (verdicts, missed) = targets::check(&all);
     page.push_str(&verdicts);
+    page.push_str(&rates_known(&all));
     print!("{page}");
     if args.iter().any(|a| a == "--plot") {
         for w in &all {
@@ -132,14 +136,15 @@ pub fn frontier(
     Ok(())
 }
 
-/// Every family's points on the workload at `path`, and its oracle. The policies are those
-/// written for the workload's name (its file's stem), wherever the file is.
-fn sweep_workload(binary: &Path, dir: &Path, path: &Path) -> Result<Workload> {
+/// Every family's points on the workload at `path` (the informed one's only if `informed`),
+/// and its oracle. The policies are those written for the workload's name (its file's stem),
+/// wherever the file is.
+fn sweep_workload(binary: &Path, dir: &Path, path: &Path, informed: bool) -> Result<Workload> {
     Ok(Workload {
         oracle_overhead: oracle_overhead(binary, path)?,
         pipelines: std::fs::read_to_string(path)?.contains("[[pipelines]]"),
         name: stem(path),
-        points: sweep::run_families(binary, dir, path)?,
+        points: sweep::run_families(binary, dir, path, informed)?,
     })
 }
 
@@ -190,6 +195,18 @@ fn table(w: &Workload) -> String {
         w.oracle_overhead
     ));
     out
+}
+
+/// The informed family's reading on the streams, under its heading (nothing if none is one).
+fn rates_known(all: &[Workload]) -> String {
+    let lines: Vec<String> = all.iter().filter_map(informed::reading).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n#### Rates known\n\nNot a target: each frontier's overhead as a share of taskscaler's grid frontier's, least and most, over the p95s from 10 to 60 s that both reach (at the p95, that overhead against taskscaler's).\n\n{}\n",
+        lines.join("\n")
+    )
 }
 
 const BEGIN: &str = "<!-- frontier:begin (cargo xtask simulate --frontier --write) -->";

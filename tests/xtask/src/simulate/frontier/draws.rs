@@ -32,7 +32,8 @@ pub fn draws(binary: &Path, dir: &Path, workloads: &[PathBuf], count: u64) -> Re
             let file = folder.join(w.file_name().context("a workload without a file name")?);
             std::fs::write(&file, with_seed(&text, seed))
                 .with_context(|| format!("cannot write {}", file.display()))?;
-            let workload = sweep_workload(binary, dir, &file)?;
+            // The target lines do not read the informed family: it is not run on the draws.
+            let workload = sweep_workload(binary, dir, &file, false)?;
             for v in targets::verdicts(std::slice::from_ref(&workload)) {
                 add(&mut rows, v);
             }

@@ -14,6 +14,7 @@ fn colour(family: Family) -> &'static str {
         Family::Taskscaler => "#d62728",
         Family::Demand => "#1f77b4",
         Family::Warm => "#2ca02c",
+        Family::Informed => "#9467bd",
     }
 }
 
@@ -36,9 +37,11 @@ impl Scale {
 }
 
 pub fn svg(w: &Workload) -> String {
+    // A family with no point on this workload (the informed one off the streams) is not drawn.
     let fronts: Vec<(Family, Vec<&Point>)> = Family::ALL
         .iter()
         .map(|&f| (f, pareto(&w.family(f), Point::overhead)))
+        .filter(|(_, front)| !front.is_empty())
         .collect();
     let all = fronts.iter().flat_map(|(_, f)| f.iter());
     let overheads: Vec<f64> = all
@@ -72,7 +75,7 @@ pub fn svg(w: &Workload) -> String {
         "<path d=\"M{ox:.1},{:.1} l6,8 l-12,0 z\" fill=\"black\"/>\n",
         oy - 8.0
     ));
-    out.push_str(&legend(3, "oracle", "black"));
+    out.push_str(&legend(fronts.len(), "oracle", "black"));
     out.push_str("</svg>\n");
     out
 }

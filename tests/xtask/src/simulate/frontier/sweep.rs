@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use anyhow::Result;
 
-use super::Point;
+use super::{Point, informed};
 use crate::simulate::{policy_for, run, stem, variants};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,16 +17,24 @@ pub enum Family {
     Demand,
     /// The demand-aware policy with a warm pool, over `target_wait`.
     Warm,
+    /// Taskscaler told each span's true arrival rates, on the streams ([`informed`]).
+    Informed,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Taskscaler, Family::Demand, Family::Warm];
+    pub const ALL: [Family; 4] = [
+        Family::Taskscaler,
+        Family::Demand,
+        Family::Warm,
+        Family::Informed,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Family::Taskscaler => "taskscaler",
             Family::Demand => "demand-aware",
             Family::Warm => "demand-aware + warm pool",
+            Family::Informed => "taskscaler, rates known",
         }
     }
 }
@@ -67,8 +75,11 @@ fn with_scaling(text: &str, lines: &str) -> String {
     text.replace("[pools.scaling]\n", &format!("[pools.scaling]\n{lines}"))
 }
 
-/// Every (family, setting, policy text) to run on the workload `name`.
-fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
+/// Every (family, setting, policy text) to run on `workload`, the informed family's too when
+/// asked for (it takes as many runs as the others together).
+fn settings(dir: &Path, workload: &Path, informed: bool) -> Result<Vec<(Family, String, String)>> {
+    let name = stem(workload);
+    let name = name.as_str();
     let demand = std::fs::read_to_string(policy_for(dir, name, "demand")?)?;
     let baseline = std::fs::read_to_string(policy_for(dir, name, "taskscaler")?)?;
     let mut out = Vec::new();
@@ -98,6 +109,12 @@ fn settings(dir: &Path, name: &str) -> Result<Vec<(Family, String, String)>> {
         }
         out.push((Family::Taskscaler, setting, text));
     }
+    if informed {
+        let workload = std::fs::read_to_string(workload)?;
+        for (setting, text) in informed::settings(&workload, &baseline)? {
+            out.push((Family::Informed, setting, text));
+        }
+    }
     Ok(out)
 }
 
@@ -110,15 +127,20 @@ fn scales_with_load(setting: &str) -> bool {
     })
 }
 
-/// Runs every setting of every family on `workload`, two at a time. A setting the
-/// configuration refuses (a `scale_factor_limit` below `idle_count`) is left out: an operator
-/// cannot write it.
-pub fn run_families(binary: &Path, dir: &Path, workload: &Path) -> Result<Vec<Point>> {
+/// Runs every setting of every family on `workload` (of the informed family only if
+/// `informed`), two at a time. A setting the configuration refuses (a `scale_factor_limit`
+/// below `idle_count`) is left out: an operator cannot write it.
+pub fn run_families(
+    binary: &Path,
+    dir: &Path,
+    workload: &Path,
+    informed: bool,
+) -> Result<Vec<Point>> {
     let name = stem(workload);
     let scratch = std::env::temp_dir().join(format!("xtask-frontier-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let queue = Mutex::new(
-        settings(dir, &name)?
+        settings(dir, workload, informed)?
             .into_iter()
             .enumerate()
             .collect::<Vec<_>>(),

@@ -16,7 +16,7 @@
 
 use super::{Family, Point, Workload, cost_at, p95_within, pareto};
 
-const RANGE: (f64, f64) = (10.0, 60.0);
+pub const RANGE: (f64, f64) = (10.0, 60.0);
 const SAVING: f64 = 0.5;
 const DEFAULT_TARGET: &str = "target_wait 30s";
 const ORACLE_TIMES: f64 = 5.0;
