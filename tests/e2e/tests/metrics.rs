@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use autoscaler::admin::PoolStatus;
 use autoscaler::core::machine::MachineState;
 use e2e::LocalMachinesGuard;
 use e2e::chaos::destroy_at_provider;
@@ -146,8 +147,8 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
     );
     let status = pool_status(autoscaler, &pool.name).await?;
     ensure!(
-        status["target_wait_seconds"].is_null(),
-        "GET /pools shows a wait target for an idle pool: {status}"
+        status.target_wait_seconds.is_none(),
+        "GET /pools shows a wait target for an idle pool: {status:?}"
     );
 
     let ready = autoscaler
@@ -203,19 +204,13 @@ async fn zero_series_from_start_up_and_a_vanished_machine_is_a_failure_of_its_ow
 }
 
 /// The pool as `GET /pools` shows it.
-async fn pool_status(autoscaler: &Autoscaler, pool: &str) -> Result<serde_json::Value> {
-    let pools: serde_json::Value = autoscaler
-        .admin_get("/pools")
-        .send()
+async fn pool_status(autoscaler: &Autoscaler, pool: &str) -> Result<PoolStatus> {
+    autoscaler
+        .pools()
         .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let status = pools
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == pool))
-        .with_context(|| format!("no pool {pool} in {pools}"))?;
-    Ok(status.clone())
+        .into_iter()
+        .find(|p| p.name == pool)
+        .with_context(|| format!("GET /pools shows no pool {pool}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,8 +254,8 @@ async fn a_machine_running_its_only_job_is_busy_and_retiring() -> Result<()> {
     // The admin API says the same, and names the intake as the configuration spells it.
     let status = pool_status(autoscaler, name).await?;
     ensure!(
-        status["target_wait_seconds"] == 30.0 && status["intake"] == "on_demand",
-        "GET /pools: {status}"
+        status.target_wait_seconds == Some(30.0) && status.intake == "on_demand",
+        "GET /pools: {status:?}"
     );
     ensure!(
         scrape.sum("autoscaler_machines", &[("pool", name), ("state", "busy")]) == 1.0

@@ -195,8 +195,6 @@ fn gitlab_backlog_counts_while_fresh() {
     );
 }
 
-/// Jobs taken in one instant report GitLab's queue in no set order: the smallest stands (the
-/// queue only shrinks as the pool takes from it), and an older report never replaces a newer.
 #[test]
 fn a_job_released_for_want_of_a_machine_is_expected_back_until_a_job_comes() {
     let mut t = DemandTracker::default();
@@ -219,6 +217,8 @@ fn a_job_released_for_want_of_a_machine_is_expected_back_until_a_job_comes() {
     );
 }
 
+/// Jobs taken in one instant report GitLab's queue in no set order: the smallest stands (the
+/// queue only shrinks as the pool takes from it), and an older report never replaces a newer.
 #[test]
 fn the_latest_queue_report_stands() {
     let mut t = DemandTracker::default();
