@@ -76,8 +76,9 @@ enum Command {
     Simulate {
         /// The workload: a TOML file of arrivals and pipelines (see deploy/simulate/), or a
         /// replay of recorded jobs, `*.tsv`: a header line, then one job a line, tab-separated:
-        /// ready (RFC 3339), duration, project, pipeline, stage, name, class. Replayed jobs are
-        /// pending at their recorded ready times (deploy/simulate/MODEL.md).
+        /// ready (RFC 3339), duration, project, pipeline, stage, name, class. A replayed job is
+        /// pending at its recorded ready time, and not before the earlier-stage jobs of its
+        /// pipeline that had ended by then have ended in the run (deploy/simulate/MODEL.md).
         workload: PathBuf,
         /// The policy file: pools with their scaling settings and modelled cloud.
         #[arg(long, required_unless_present = "oracle", conflicts_with = "oracle")]

@@ -29,8 +29,8 @@ pub struct Load {
 #[derive(Debug)]
 enum Source {
     Toml(Input, workload::Workload),
-    /// The line of each job, in the order of `jobs`.
-    Replay(Vec<usize>),
+    /// The line and class of each recorded job.
+    Replay(Vec<(usize, String)>),
 }
 
 pub fn is_replay(path: &Path) -> bool {
@@ -41,13 +41,13 @@ impl Load {
     pub fn read(path: &Path) -> Result<Self, SimulateError> {
         if is_replay(path) {
             let r = replay::read(path)?;
-            let (lines, jobs) = r.jobs.into_iter().unzip();
+            let lines = r.jobs.iter().map(|(n, j)| (*n, j.class.clone())).collect();
             return Ok(Self {
                 start: r.start,
                 length: r.end - r.start,
                 seed: REPLAY_SEED,
-                jobs,
-                pipelines: Vec::new(),
+                jobs: Vec::new(),
+                pipelines: replay::pipelines(&r.jobs),
                 source: Source::Replay(lines),
             });
         }
@@ -98,8 +98,8 @@ impl Load {
             }
             Source::Replay(lines) => {
                 let mut problems: Vec<String> = Vec::new();
-                for (line, job) in lines.iter().zip(&self.jobs) {
-                    if let Some(problem) = unknown(&job.class)
+                for (line, class) in lines {
+                    if let Some(problem) = unknown(class)
                         && !problems.iter().any(|p| p.ends_with(&problem))
                     {
                         problems.push(format!("line {line}: class: {problem}"));

@@ -87,6 +87,10 @@ pub struct PipelineJob {
     pub name: String,
     pub runs_for: Millis,
     pub after: Vec<usize>,
+    /// Never pending before this (a replayed job's recorded ready time: a manual or delayed
+    /// job, or one GitLab released late, does not come earlier because the run went faster);
+    /// 0 for a drawn job.
+    pub not_before: Millis,
 }
 
 impl Pipeline {
@@ -100,7 +104,8 @@ impl Pipeline {
                 .iter()
                 .map(|&i| ready[i] + self.jobs[i].runs_for)
                 .max()
-                .unwrap_or(self.created);
+                .unwrap_or(self.created)
+                .max(job.not_before);
             ready.push(at);
         }
         ready
@@ -235,6 +240,7 @@ pub fn draw(projects: &[Project], start: Millis, seed: u64) -> Vec<Pipeline> {
                         name: j.name.clone(),
                         runs_for: uniform(&mut rng, j.duration),
                         after: j.after.clone(),
+                        not_before: 0,
                     })
                     .collect();
                 pipelines.push(Pipeline {

@@ -1,7 +1,11 @@
 //! Releasing pipeline jobs during a run: a pipeline's first jobs become pending when it is
 //! created, and each later job when the last job it waits for ends. Because those ends depend
 //! on how long jobs waited for machines, this happens in the engine's virtual time, not when
-//! the workload is drawn.
+//! the workload is drawn. A job with a `not_before` (a replayed job's recorded ready time) is
+//! pending at the later of the two.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::pipeline::Pipeline;
 use crate::core::Millis;
@@ -25,6 +29,8 @@ pub struct Releases<'a> {
     created: usize,
     /// Per pipeline, per job: how many of the jobs it waits for have not ended.
     waiting_on: Vec<Vec<usize>>,
+    /// Jobs whose wait is over, pending at their `not_before`, soonest first.
+    later: BinaryHeap<Reverse<(Millis, JobKey)>>,
 }
 
 impl<'a> Releases<'a> {
@@ -36,19 +42,24 @@ impl<'a> Releases<'a> {
                 .iter()
                 .map(|p| p.jobs.iter().map(|j| j.after.len()).collect())
                 .collect(),
+            later: BinaryHeap::new(),
         }
     }
 
-    /// When the next pipeline is created, if one is still to come.
+    /// When the next pipeline is created or a job's `not_before` comes, if one is still to.
     pub fn next_creation(&self) -> Option<Millis> {
-        self.pipelines.get(self.created).map(|p| p.created)
+        let created = self.pipelines.get(self.created).map(|p| p.created);
+        let later = self.later.peek().map(|Reverse((at, _))| *at);
+        created.into_iter().chain(later).min()
     }
 
+    /// Every pipeline created and every job whose wait is over pending.
     pub fn all_created(&self) -> bool {
-        self.created == self.pipelines.len()
+        self.created == self.pipelines.len() && self.later.is_empty()
     }
 
-    /// The jobs of pipelines created by `now` that wait for nothing, pending at creation.
+    /// The jobs of pipelines created by `now` that wait for nothing, pending at creation (or
+    /// at their `not_before`), and the jobs whose `not_before` came by `now`.
     pub fn create_due(&mut self, now: Millis) -> Vec<Released> {
         let mut out = Vec::new();
         while let Some(p) = self.pipelines.get(self.created)
@@ -56,10 +67,16 @@ impl<'a> Releases<'a> {
         {
             for (j, job) in p.jobs.iter().enumerate() {
                 if job.after.is_empty() {
-                    out.push(self.released((self.created, j), p.created));
+                    self.pending_from((self.created, j), p.created, &mut out);
                 }
             }
             self.created += 1;
+        }
+        while let Some(&Reverse((at, key))) = self.later.peek()
+            && at <= now
+        {
+            self.later.pop();
+            out.push(self.released(key, at));
         }
         out
     }
@@ -75,11 +92,21 @@ impl<'a> Releases<'a> {
                 let left = &mut self.waiting_on[p][j];
                 *left -= 1;
                 if *left == 0 {
-                    out.push(self.released((p, j), at));
+                    self.pending_from((p, j), at, &mut out);
                 }
             }
         }
         out
+    }
+
+    /// `key` waits for nothing more from `at`: pending then, or at its `not_before` if later.
+    fn pending_from(&mut self, key: JobKey, at: Millis, out: &mut Vec<Released>) {
+        let not_before = self.pipelines[key.0].jobs[key.1].not_before;
+        if not_before > at {
+            self.later.push(Reverse((not_before, key)));
+        } else {
+            out.push(self.released(key, at));
+        }
     }
 
     fn released(&self, key: JobKey, at: Millis) -> Released {

@@ -1,7 +1,8 @@
 //! A replay file (`*.tsv`): recorded jobs, one a line, tab-separated, under a header line.
-//! Each job is pending at its recorded ready time: a replay does not re-derive when a stage is
-//! released, so a policy that would have made earlier jobs wait longer does not delay the
-//! later ones here.
+//! Each recorded pipeline is run as GitLab runs one ([`pipelines`]): a job is pending at its
+//! recorded ready time, and not before the jobs of its pipeline's earlier stages that it waited
+//! for have ended in the run, so a policy that makes a build wait longer delays the tests
+//! after it, and one that serves it sooner does not bring them before their recorded time.
 //!
 //! ```text
 //! # lines starting with # and blank lines are skipped; → stands for a tab
@@ -13,11 +14,13 @@
 //! `ready` is an RFC 3339 time, `duration` a humantime duration or a number of seconds,
 //! `pipeline` a number; the run starts at the earliest ready time.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use chrono::DateTime;
 
 use super::SimulateError;
+use super::pipeline::{Pipeline, PipelineJob};
 use super::workload::{Job, Label};
 use crate::core::Millis;
 
@@ -124,6 +127,88 @@ fn parse_line(line: &str) -> Result<Job, String> {
             name: name.to_string(),
         }),
     })
+}
+
+/// How much later than a recorded job's ready time an earlier-stage job of its pipeline may
+/// seem to end and still be one it waited for: recorded times are rounded (GitLab's to the
+/// millisecond or the second, a duration to a tenth of a second).
+const RECORDED_SLACK: Millis = 1_000;
+
+/// The replay's jobs as the pipelines GitLab ran, in order of creation (their first ready
+/// time), one per recorded pipeline and class (a pipeline whose jobs ran in two pools is run
+/// as one in each, since each pool is simulated on its own). Each job waits for the jobs of
+/// its pipeline's earlier stages (those whose first job was ready before its own stage's
+/// first) that had ended by its recorded ready time: the format does not say which jobs a
+/// job `needs`, and those are the ones it can have waited for; a recorded ready time
+/// (`ready` + `duration` of a job being the latest its end can be read from the format, as
+/// it leaves out that job's own wait) is its `not_before`.
+pub fn pipelines(jobs: &[(usize, Job)]) -> Vec<Pipeline> {
+    let mut groups: BTreeMap<(&str, &str, u64), Vec<&Job>> = BTreeMap::new();
+    for (_, job) in jobs {
+        if let Some(l) = &job.label {
+            groups
+                .entry((job.class.as_str(), l.project.as_str(), l.pipeline))
+                .or_default()
+                .push(job);
+        }
+    }
+    let mut out: Vec<Pipeline> = groups
+        .into_iter()
+        .map(|((class, project, id), jobs)| pipeline(class, project, id, jobs))
+        .collect();
+    out.sort_by_key(|p| (p.created, p.id));
+    out
+}
+
+/// One recorded pipeline's jobs (of one class) as a pipeline ([`pipelines`]).
+fn pipeline(class: &str, project: &str, id: u64, jobs: Vec<&Job>) -> Pipeline {
+    fn stage_of(j: &Job) -> &str {
+        j.label.as_ref().map_or("", |l| l.stage.as_str())
+    }
+    let mut stage_ready: BTreeMap<&str, Millis> = BTreeMap::new();
+    for j in &jobs {
+        let first = stage_ready.entry(stage_of(j)).or_insert(j.at);
+        *first = (*first).min(j.at);
+    }
+    // (job, its stage's first ready time), in order of ready time, earlier stages first at a
+    // tie: every job waited for comes before the jobs waiting for it.
+    let mut jobs: Vec<(&Job, Millis)> = jobs
+        .into_iter()
+        .map(|j| (j, stage_ready[stage_of(j)]))
+        .collect();
+    jobs.sort_by_key(|&(j, stage)| (j.at, stage));
+    let waited_for = |at: usize| -> Vec<usize> {
+        let (job, stage) = jobs[at];
+        (0..at)
+            .filter(|&i| {
+                let (earlier, earlier_stage) = jobs[i];
+                earlier_stage < stage && earlier.at + earlier.runs_for <= job.at + RECORDED_SLACK
+            })
+            .collect()
+    };
+    let shaped = (0..jobs.len())
+        .map(|at| {
+            let job = jobs[at].0;
+            PipelineJob {
+                stage: stage_of(job).to_string(),
+                name: job
+                    .label
+                    .as_ref()
+                    .map_or_else(String::new, |l| l.name.clone()),
+                runs_for: job.runs_for,
+                after: waited_for(at),
+                not_before: job.at,
+            }
+        })
+        .collect();
+    Pipeline {
+        id,
+        project: project.to_string(),
+        class: class.to_string(),
+        created: jobs.first().map_or(0, |(j, _)| j.at),
+        scheduled_at: None,
+        jobs: shaped,
+    }
 }
 
 /// `"4m30s"`, or a plain number of seconds (`"270"`, `"12.5"`).
