@@ -208,6 +208,14 @@ impl PipelineTracker {
         }
     }
 
+    /// `job` ended as failed at `at` ([`ProjectShape::job_failed`]): its pipeline's later
+    /// stages are not forecast, as GitLab skips them, until a job of it comes again.
+    pub fn job_failed(&mut self, job: StagedJob<'_>, at: Millis) {
+        if let Some(project) = self.projects.get_mut(job.project) {
+            project.job_failed(job, at);
+        }
+    }
+
     /// `job` reached the pool at `at` (taken from GitLab), before or after its stage started:
     /// a released stage's jobs stop being held as they come ([`PipelineForecast::released`]).
     pub fn job_arrived(&mut self, job: StagedJob<'_>, at: Millis) {
@@ -315,5 +323,7 @@ impl PipelineTracker {
     }
 }
 
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod tests;

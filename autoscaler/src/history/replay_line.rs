@@ -11,7 +11,7 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::Value;
 
-use crate::simulate::replay::COLUMNS;
+use crate::simulate::replay::{COLUMNS, STATUS};
 
 /// A finished job, ready to be written as a replay line.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +23,8 @@ pub struct ReplayJob {
     pub pipeline: u64,
     pub stage: String,
     pub name: String,
+    /// How it ended, as GitLab names it: `success`, `failed` or `canceled`.
+    pub status: &'static str,
 }
 
 /// Why a job from the API is left out of the replay.
@@ -69,7 +71,18 @@ pub fn from_api(job: &Value) -> Result<Result<ReplayJob, Skipped>, String> {
             .ok_or_else(|| field("pipeline.id"))?,
         stage: clean(job["stage"].as_str().unwrap_or_default()),
         name: clean(job["name"].as_str().unwrap_or_default()),
+        status: ended_as(job["status"].as_str()),
     }))
+}
+
+/// A finished job's status as the replay writes it: GitLab's `failed` and `canceled` stop the
+/// stages after the job (unless it may fail); any other finished status passed.
+fn ended_as(status: Option<&str>) -> &'static str {
+    match status {
+        Some("failed") => "failed",
+        Some("canceled") => "canceled",
+        _ => "success",
+    }
 }
 
 fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
@@ -90,16 +103,19 @@ pub fn write(jobs: &mut [ReplayJob], class: &str) -> String {
         "# exported by `autoscaler history` from GitLab's runner jobs API; ready = started_at - queued_duration\n",
     );
     out.push_str(&COLUMNS.join("\t"));
+    out.push('\t');
+    out.push_str(STATUS);
     out.push('\n');
     for j in jobs.iter() {
         out.push_str(&format!(
-            "{}\t{:.3}\t{}\t{}\t{}\t{}\t{class}\n",
+            "{}\t{:.3}\t{}\t{}\t{}\t{}\t{class}\t{}\n",
             j.ready.to_rfc3339_opts(SecondsFormat::Millis, true),
             j.duration_s,
             clean(&j.project),
             j.pipeline,
             clean(&j.stage),
             clean(&j.name),
+            j.status,
         ));
     }
     out
@@ -157,10 +173,23 @@ mod tests {
                 .unwrap(),
         ];
         jobs[0].name = "a\tname".into();
+        let mut failed = finished(10, "2026-11-23T08:10:00Z", 0.0, 5.0);
+        failed["status"] = json!("failed");
+        jobs.push(from_api(&failed).unwrap().unwrap());
         let text = write(&mut jobs, "default");
         let read = replay::parse(&text).unwrap();
-        assert_eq!(read.jobs.len(), 2);
+        assert_eq!(read.jobs.len(), 3);
         assert_eq!(read.jobs[0].1.runs_for, 90_500);
         assert_eq!(read.jobs[1].1.at - read.jobs[0].1.at, 330_000);
+        let failed: Vec<bool> = read
+            .jobs
+            .iter()
+            .map(|(_, j)| j.label.as_ref().unwrap().failed)
+            .collect();
+        assert_eq!(
+            failed,
+            [false, false, true],
+            "the status is written and read back"
+        );
     }
 }

@@ -52,6 +52,7 @@ impl Jobs {
             artifact_refusal: None,
             spooled: Vec::new(),
             timeline: Vec::new(),
+            failed: false,
         };
         let taken = format!("GitLab handed it to pool {pool}");
         let taken = timeline::step(record.accepted_at, "taken", Some(taken));

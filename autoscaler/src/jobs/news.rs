@@ -58,8 +58,14 @@ pub enum JobNews {
     },
     /// A sidecar started the job (its first call for it).
     Started { at: Millis, pipeline: PipelineJob },
-    /// The job stopped running: it ended, or its machine was lost.
-    Ended { at: Millis, pipeline: PipelineJob },
+    /// The job stopped running: it ended, or its machine was lost. `failed`: as failed or
+    /// canceled ([`crate::store::JobRecord::failed`]), so its pipeline's later stages will not
+    /// come.
+    Ended {
+        at: Millis,
+        pipeline: PipelineJob,
+        failed: bool,
+    },
     /// The pool released the job to GitLab, held for its acknowledgement, because no machine
     /// took it within `acquire_timeout`: GitLab fails it and may queue a retry.
     Released {
@@ -84,7 +90,11 @@ impl JobNews {
         Some(if is {
             Self::Started { at, pipeline }
         } else {
-            Self::Ended { at, pipeline }
+            Self::Ended {
+                at,
+                pipeline,
+                failed: record.failed,
+            }
         })
     }
 
@@ -128,6 +138,15 @@ impl Jobs {
             list.pop_front();
         }
         list.push_back(news);
+    }
+
+    /// `id` ends as failed or canceled: its end's news says so ([`JobNews::Ended`]). Called
+    /// before the job's end is applied.
+    pub fn ends_failed(&self, id: crate::core::JobId) -> Result<(), super::JobsError> {
+        if self.get(id).is_none_or(|r| r.failed) {
+            return Ok(());
+        }
+        self.update(id, |r| r.failed = true)
     }
 
     /// `id` was released to GitLab for want of a machine (see [`JobNews::Released`]).

@@ -59,6 +59,12 @@ impl PipelineLearning {
         self.changed = true;
     }
 
+    /// `job` ended as failed or canceled: its pipeline's later stages are not forecast.
+    pub fn job_failed(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.tracker.job_failed(job, at);
+        self.changed = true;
+    }
+
     /// What the look-ahead read from GitLab of a pipeline's stages to come.
     pub fn announce(
         &mut self,

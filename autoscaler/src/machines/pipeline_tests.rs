@@ -98,6 +98,39 @@ async fn without_pipeline_facts_the_stage_comes_unannounced() {
     );
 }
 
+/// The machines made for a fourth pipeline whose build ends a minute in: as failed (its final
+/// state said so, or GitLab canceled it), or as passed.
+async fn fourth_build_ends_early(failed: bool) -> usize {
+    let r = rig_launching(ScalingConfig::default(), None, |_| None);
+    for n in 1..=3 {
+        run_pipeline(&r, n, true);
+        r.clock.advance(minutes(10));
+    }
+    let build = take(&r, 400, 4, "build", true);
+    event(&r, build, JobEvent::Accepted);
+    r.clock.advance(minutes(1));
+    if failed {
+        r.jobs.ends_failed(build).unwrap();
+    }
+    event(&r, build, JobEvent::Ended);
+    r.clock.advance(Duration::from_secs(1));
+    r.controller.step().await;
+    r.provider.machines().len()
+}
+
+#[tokio::test]
+async fn a_failed_build_gets_no_machines_for_the_tests_gitlab_skips() {
+    let (failed, passed) = (
+        fourth_build_ends_early(true).await,
+        fourth_build_ends_early(false).await,
+    );
+    assert!(
+        passed >= failed + FAN_OUT as usize,
+        "a passed build releases its eight tests ({passed} machines); a failed one none \
+         ({failed} machines)"
+    );
+}
+
 #[test]
 fn what_was_learned_survives_a_restart() {
     let store = MemoryStore::new();

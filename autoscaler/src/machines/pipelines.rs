@@ -57,7 +57,16 @@ impl PoolController {
                     demand.job_handed_out(class.as_deref(), waited, PASS_INTERVAL);
                 }
                 JobNews::Started { at, pipeline } => learning.job_started(pipeline.staged(), at),
-                JobNews::Ended { at, pipeline } => learning.job_ended(pipeline.staged(), at),
+                JobNews::Ended {
+                    at,
+                    pipeline,
+                    failed: false,
+                } => learning.job_ended(pipeline.staged(), at),
+                JobNews::Ended {
+                    at,
+                    pipeline,
+                    failed: true,
+                } => learning.job_failed(pipeline.staged(), at),
                 JobNews::Released { at, class } => demand.job_released(class.as_deref(), at),
             }
         }

@@ -208,7 +208,11 @@ pub async fn update_job(
         note(app.jobs.set_acknowledged(id, true));
     }
     if (is_final && status == 200) || status == 403 || status == 404 {
-        // GitLab has the final state, or no longer accepts anything for this job.
+        // GitLab has the final state, or no longer accepts anything for this job (canceled,
+        // or over). A failed or canceled job stops its pipeline: GitLab skips what follows.
+        if state == "failed" || status != 200 {
+            note(app.jobs.ends_failed(id));
+        }
         record_event(&app, id, JobEvent::Ended);
         tracing::info!(state, upstream_status = status, "job ended");
     }

@@ -62,6 +62,7 @@ impl Pending {
                 pipeline: pipeline.id,
                 stage: job.stage.clone(),
                 name: job.name.clone(),
+                failed: job.failed,
             }),
         }
     }
@@ -250,8 +251,10 @@ impl<'a> Sim<'a> {
         ended.sort_by_key(|r| r.end);
         for r in ended {
             self.fleet.end_job(&r.machine, r.end);
-            if let Some(label) = r.label.as_ref().filter(|_| self.learn_pipelines) {
-                self.pipelines.job_ended(staged(label), r.end);
+            match r.label.as_ref().filter(|_| self.learn_pipelines) {
+                Some(label) if label.failed => self.pipelines.job_failed(staged(label), r.end),
+                Some(label) => self.pipelines.job_ended(staged(label), r.end),
+                None => {}
             }
             let Some(key) = r.key else { continue };
             let released = releases.ended(key, r.end);

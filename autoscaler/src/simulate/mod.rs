@@ -201,6 +201,8 @@ fn hash(name: &str) -> u64 {
 #[cfg(test)]
 mod pipeline_tests;
 #[cfg(test)]
+mod replay_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod warm_tests;

@@ -91,6 +91,8 @@ pub struct PipelineJob {
     /// job, or one GitLab released late, does not come earlier because the run went faster);
     /// 0 for a drawn job.
     pub not_before: Millis,
+    /// It ends as failed or canceled (a replayed job's `status`; a drawn job passes).
+    pub failed: bool,
 }
 
 impl Pipeline {
@@ -241,6 +243,7 @@ pub fn draw(projects: &[Project], start: Millis, seed: u64) -> Vec<Pipeline> {
                         runs_for: uniform(&mut rng, j.duration),
                         after: j.after.clone(),
                         not_before: 0,
+                        failed: false,
                     })
                     .collect();
                 pipelines.push(Pipeline {

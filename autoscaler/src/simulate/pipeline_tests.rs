@@ -10,7 +10,7 @@ use super::report::Start;
 use super::{SimulateError, oracle, policy, replay, simulate};
 use crate::core::Millis;
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(super) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
@@ -27,10 +27,10 @@ const ONE_PIPELINE: &str = "start = \"2026-11-23T08:00:00Z\"\nlength = \"1m\"\n\
     needs = { package = [\"compile\"] }\n";
 
 /// Boots take exactly a minute, one job a machine.
-const POLICY: &str = "[[pools]]\nname = \"default\"\n[pools.scaling]\nmax_machines = 10\n\
+pub(super) const POLICY: &str = "[[pools]]\nname = \"default\"\n[pools.scaling]\nmax_machines = 10\n\
     [pools.provisioner]\nboot_times = [\"60s\"]\nprice_per_hour = 0.5\n";
 
-const MINUTE: Millis = 60_000;
+pub(super) const MINUTE: Millis = 60_000;
 
 /// The starts of `workload`'s jobs under [`POLICY`], by (pipeline index, job index).
 fn starts(workload: &str) -> (Load, Vec<Start>) {
@@ -38,7 +38,7 @@ fn starts(workload: &str) -> (Load, Vec<Start>) {
 }
 
 /// [`starts`] of a workload file named `name` (a `*.tsv` is a replay).
-fn starts_of(workload: &str, name: &str) -> (Load, Vec<Start>) {
+pub(super) fn starts_of(workload: &str, name: &str) -> (Load, Vec<Start>) {
     let dir = tempfile::tempdir().unwrap();
     let load = Load::read(&write(dir.path(), name, workload)).unwrap();
     let pools = policy::read(&Input::read(&write(dir.path(), "p.toml", POLICY)).unwrap()).unwrap();
@@ -51,7 +51,7 @@ fn starts_of(workload: &str, name: &str) -> (Load, Vec<Start>) {
     (load, starts)
 }
 
-fn start_of(starts: &[Start], job: usize) -> Start {
+pub(super) fn start_of(starts: &[Start], job: usize) -> Start {
     *starts
         .iter()
         .find(|s| s.key == Some((0, job)))
@@ -153,7 +153,7 @@ fn bad_pipeline_shapes_name_the_line_and_key() {
     }
 }
 
-const REPLAY: &str = "# recorded on 2026-11-23\n\
+pub(super) const REPLAY: &str = "# recorded on 2026-11-23\n\
     ready\tduration\tproject\tpipeline\tstage\tname\tclass\n\
     2026-11-23T08:05:00Z\t4m\tweb\t7\ttest\trspec 1/2\tdefault\n\
     \n\
@@ -177,63 +177,6 @@ fn a_replay_is_read_in_order_of_ready_time_with_its_labels() {
     let w = write(dir.path(), "day.tsv", REPLAY);
     let report = simulate(&w, &write(dir.path(), "p.toml", POLICY)).unwrap();
     assert_eq!(report.total.jobs, 3);
-}
-
-/// A recorded test stage is pending once the build it waited for has ended in the run: the
-/// build waits a boot here, so its tests come a minute after their recorded time (08:05), as
-/// GitLab would release them, and one takes the build's machine at once.
-#[test]
-fn a_replayed_stage_is_pending_when_the_stage_before_it_ends_in_the_run() {
-    let (load, starts) = starts_of(REPLAY, "day.tsv");
-    let p = &load.pipelines[0];
-    let names: Vec<&str> = p.jobs.iter().map(|j| j.name.as_str()).collect();
-    assert_eq!(names, ["compile", "rspec 1/2", "rspec 2/2"]);
-    assert_eq!(
-        (p.jobs[1].after.as_slice(), p.jobs[2].after.as_slice()),
-        (&[0][..], &[0][..])
-    );
-    let [compile, test1, test2] = [0, 1, 2].map(|j| start_of(&starts, j));
-    assert_eq!(
-        (compile.arrived, compile.at),
-        (load.start, load.start + MINUTE)
-    );
-    let built = compile.at + 5 * MINUTE;
-    assert_eq!((test1.arrived, test2.arrived), (built, built), "{starts:?}");
-    assert_eq!(
-        test1.at.min(test2.at),
-        built,
-        "one takes the build's machine"
-    );
-}
-
-/// A recorded job is never pending before its recorded time (a manual deploy an hour after its
-/// tests), and waits only for the earlier-stage jobs that had ended by then: `lint` (2 min)
-/// had, `compile` (10 min) had not, so the job that `needs` only `lint` does not wait for it.
-#[test]
-fn a_replayed_job_keeps_its_recorded_time_and_waits_only_for_jobs_ended_by_then() {
-    let replay = "ready\tduration\tproject\tpipeline\tstage\tname\tclass\n\
-        2026-11-23T08:00:00Z\t10m\tweb\t7\tbuild\tcompile\tdefault\n\
-        2026-11-23T08:00:00Z\t2m\tweb\t7\tbuild\tlint\tdefault\n\
-        2026-11-23T08:02:00Z\t1m\tweb\t7\ttest\tstyle\tdefault\n\
-        2026-11-23T09:30:00Z\t1m\tweb\t7\tdeploy\tproduction\tdefault\n";
-    let (load, starts) = starts_of(replay, "day.tsv");
-    let p = &load.pipelines[0];
-    let after = |name: &str| {
-        let job = p.jobs.iter().find(|j| j.name == name).unwrap();
-        let mut names: Vec<&str> = job.after.iter().map(|&i| p.jobs[i].name.as_str()).collect();
-        names.sort_unstable();
-        names
-    };
-    assert_eq!(after("style"), ["lint"]);
-    assert_eq!(after("production"), ["compile", "lint", "style"]);
-    let index = |name: &str| p.jobs.iter().position(|j| j.name == name).unwrap();
-    let lint = start_of(&starts, index("lint"));
-    let style = start_of(&starts, index("style"));
-    let production = start_of(&starts, index("production"));
-    // Both builds wait a boot; `style` is pending when `lint` ends in the run (08:03), after
-    // its recorded 08:02, long before `compile` ends (08:11).
-    assert_eq!(style.arrived, lint.at + 2 * MINUTE, "{starts:?}");
-    assert_eq!(production.arrived, load.start + 90 * MINUTE, "{starts:?}");
 }
 
 #[test]

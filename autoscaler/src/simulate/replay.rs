@@ -24,10 +24,16 @@ use super::pipeline::{Pipeline, PipelineJob};
 use super::workload::{Job, Label};
 use crate::core::Millis;
 
-/// The columns, in order: the header line must be exactly these.
+/// The columns, in order: the header line must be exactly these, or these and [`STATUS`].
 pub const COLUMNS: [&str; 7] = [
     "ready", "duration", "project", "pipeline", "stage", "name", "class",
 ];
+
+/// The optional eighth column: how the job ended, as GitLab names it (`success`, `failed`,
+/// `canceled`). A failed or canceled job tells the pipeline forecast that the stages after
+/// it are not coming, as its final state tells the service; without the column every job
+/// passed.
+pub const STATUS: &str = "status";
 
 /// Bad lines named one by one: beyond these, a file is wrong throughout and a count says more.
 const MAX_PROBLEMS: usize = 20;
@@ -60,17 +66,21 @@ pub fn parse(text: &str) -> Result<Replay, Vec<String>> {
         .map(|(i, l)| (i + 1, l))
         .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
     let mut problems = Vec::new();
+    let mut with_status = false;
     match lines.next() {
         Some((_, header)) if header.split('\t').eq(COLUMNS) => {}
+        Some((_, header)) if header.split('\t').eq(COLUMNS.into_iter().chain([STATUS])) => {
+            with_status = true;
+        }
         Some((n, _)) => problems.push(format!(
-            "line {n}: the header must be the columns {} separated by tabs",
+            "line {n}: the header must be the columns {} (and optionally {STATUS}) separated by tabs",
             COLUMNS.join(", ")
         )),
         None => problems.push("has no header line and no jobs".into()),
     }
     let mut jobs = Vec::new();
     for (n, line) in lines {
-        match parse_line(line) {
+        match parse_line(line, with_status) {
             Ok(job) => jobs.push((n, job)),
             Err(e) => problems.push(format!("line {n}: {e}")),
         }
@@ -92,14 +102,25 @@ pub fn parse(text: &str) -> Result<Replay, Vec<String>> {
     Ok(Replay { start, end, jobs })
 }
 
-fn parse_line(line: &str) -> Result<Job, String> {
+fn parse_line(line: &str, with_status: bool) -> Result<Job, String> {
     let fields: Vec<&str> = line.split('\t').collect();
-    let [ready, duration, project, pipeline, stage, name, class] = fields[..] else {
-        return Err(format!(
-            "has {} tab-separated fields, not {}",
-            fields.len(),
-            COLUMNS.len()
-        ));
+    let expected = COLUMNS.len() + usize::from(with_status);
+    let miscounted = || format!("has {} tab-separated fields, not {expected}", fields.len());
+    let (fixed, rest) = fields.split_at(fields.len().min(COLUMNS.len()));
+    let [ready, duration, project, pipeline, stage, name, class] = fixed[..] else {
+        return Err(miscounted());
+    };
+    if rest.len() != usize::from(with_status) {
+        return Err(miscounted());
+    }
+    let failed = match rest.first().map(|s| s.trim()) {
+        None | Some("success") => false,
+        Some("failed" | "canceled") => true,
+        Some(other) => {
+            return Err(format!(
+                "status: {other:?} is not a finished job's status (success, failed or canceled)"
+            ));
+        }
     };
     let at = DateTime::parse_from_rfc3339(ready.trim())
         .map_err(|e| format!("ready: {ready:?} is not an RFC 3339 time ({e})"))
@@ -125,6 +146,7 @@ fn parse_line(line: &str) -> Result<Job, String> {
             pipeline,
             stage: stage.to_string(),
             name: name.to_string(),
+            failed,
         }),
     })
 }
@@ -198,6 +220,7 @@ fn pipeline(class: &str, project: &str, id: u64, jobs: Vec<&Job>) -> Pipeline {
                 runs_for: job.runs_for,
                 after: waited_for(at),
                 not_before: job.at,
+                failed: job.label.as_ref().is_some_and(|l| l.failed),
             }
         })
         .collect();

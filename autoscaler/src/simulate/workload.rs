@@ -65,6 +65,9 @@ pub struct Label {
     pub pipeline: u64,
     pub stage: String,
     pub name: String,
+    /// It ended as failed or canceled (a replay's `status`): the pipeline forecast is told,
+    /// as the service is by the job's final state.
+    pub failed: bool,
 }
 
 pub fn read(input: &Input) -> Result<Workload, super::SimulateError> {

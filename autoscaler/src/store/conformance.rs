@@ -26,6 +26,7 @@ fn job(id: u64) -> JobRecord {
         held: false,
         artifact_refusal: None,
         timeline: Vec::new(),
+        failed: false,
         spooled: vec![SpooledUpload {
             file: "spool/1".into(),
             query: Some("artifact_type=archive".into()),

@@ -62,6 +62,11 @@ pub struct JobRecord {
     /// What happened to the job here, in order (see `jobs::timeline`).
     #[serde(default)]
     pub timeline: Vec<JobStep>,
+    /// It ended as failed: GitLab took a final `failed` state for it, or refused its calls
+    /// while it ran (canceled). GitLab skips the stages after a failed job, which the pipeline
+    /// forecast learns from (`jobs::JobNews::Ended`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 /// One step of a job's life in the autoscaler.

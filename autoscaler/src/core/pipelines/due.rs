@@ -23,13 +23,17 @@ pub(super) struct Due {
 /// jobs those of `scope`. A stage that has run twice its usual (median) time is no longer
 /// described by the shape (a slow runner, a hung job): its next stage is not forecast, rather
 /// than holding machines for it indefinitely. A stage whose jobs all ended has released the
-/// next one ([`released`]).
+/// next one ([`released`]). A pipeline a failed job stopped has no next stage (GitLab skips
+/// it).
 pub(super) fn next_stage_due(
     project: &ProjectShape,
     run: &Run,
     (now, horizon): (Millis, Horizon),
     scope: ClassScope<'_>,
 ) -> Option<Due> {
+    if run.stopped() {
+        return None;
+    }
     let lead_time = horizon.lead_time;
     let current = run.current_stage()?;
     let learned = project.stage(&current.name)?;

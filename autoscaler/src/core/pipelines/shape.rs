@@ -67,6 +67,11 @@ pub struct Run {
     /// [`Run::known_of`]).
     #[serde(default)]
     pub(super) arrived: BTreeSet<(String, String)>,
+    /// The job (stage, name) whose failure stopped it: GitLab skips the stages after a failed
+    /// job, so none is forecast until a job of it comes again (its retry, or a later stage:
+    /// then that job may fail, `StageShape::may_fail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed: Option<(String, String)>,
 }
 
 impl Run {
@@ -87,6 +92,25 @@ impl Run {
         self.announced
             .as_ref()
             .is_some_and(|a| a.iter().any(|(name, _)| name == stage))
+    }
+
+    /// Whether a failed job stopped it: no stage after it is coming.
+    pub fn stopped(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// `job` of it came after a failure had stopped it: its retry (the failed job again) or a
+    /// later stage goes on; the failed job when a later stage came after it (so it may fail).
+    /// Another job of the failed job's stage was on its way already and changes nothing.
+    fn goes_on(&mut self, job: StagedJob<'_>) -> Option<(String, String)> {
+        let (stage, name) = self.failed.as_ref()?;
+        if *stage != job.stage {
+            return self.failed.take();
+        }
+        if *name == job.name {
+            self.failed = None;
+        }
+        None
     }
 
     /// The stage that started last.
@@ -174,6 +198,8 @@ impl ProjectShape {
 
     pub fn job_started(&mut self, job: StagedJob<'_>, at: Millis) {
         let index = self.run_index(job.pipeline, at);
+        let went_on = self.runs[index].goes_on(job);
+        self.learn_may_fail(went_on);
         let run = &mut self.runs[index];
         run.last_seen = at;
         let position = match run.stages.iter().position(|s| s.name == job.stage) {
@@ -224,11 +250,13 @@ impl ProjectShape {
             return;
         };
         run.last_seen = at;
+        let went_on = run.goes_on(job);
         // Room for the current stage's jobs and the next one's, each as large as a stage gets.
         if run.arrived.len() < 2 * MAX_JOBS_PER_STAGE {
             run.arrived
                 .insert((job.stage.to_string(), job.name.to_string()));
         }
+        self.learn_may_fail(went_on);
     }
 
     /// GitLab lists `stages` (name, jobs `created`) as still to come in `pipeline`.
@@ -247,6 +275,33 @@ impl ProjectShape {
         run.last_end = Some(run.last_end.map_or(at, |end| end.max(at)));
         if let Some(stage) = run.stages.iter_mut().find(|s| s.name == job.stage) {
             stage.running = stage.running.saturating_sub(1);
+        }
+    }
+
+    /// `job` ended as failed at `at` (GitLab took a `failed` state, or ended it while it ran:
+    /// canceled). GitLab then skips the stages after it, so its pipeline's next stage is no
+    /// longer forecast, unless a failure of this job was seen not to stop one before
+    /// (`allow_failure`). A retry of it, or a later stage coming, lifts that.
+    pub fn job_failed(&mut self, job: StagedJob<'_>, at: Millis) {
+        self.job_ended(job, at);
+        if self
+            .stages
+            .get(job.stage)
+            .is_some_and(|s| s.may_fail(job.name))
+        {
+            return;
+        }
+        if let Some(run) = self.runs.iter_mut().find(|r| r.pipeline == job.pipeline) {
+            run.failed = Some((job.stage.to_string(), job.name.to_string()));
+        }
+    }
+
+    /// A later stage came after the failure of `failed` (stage, name): that job may fail.
+    fn learn_may_fail(&mut self, failed: Option<(String, String)>) {
+        if let Some((stage, name)) = failed
+            && let Some(shape) = self.stages.get_mut(&stage)
+        {
+            shape.failed_without_stopping(&name);
         }
     }
 
@@ -305,6 +360,7 @@ impl ProjectShape {
             last_end: None,
             announced: None,
             arrived: BTreeSet::new(),
+            failed: None,
         });
         self.runs.len() - 1
     }

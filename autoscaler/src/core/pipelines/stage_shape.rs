@@ -1,11 +1,11 @@
 //! What is learned of one stage of a project: how long it runs until the next stage is
 //! pending, which stage follows it, and that stage's jobs, by machine class.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClassScope, RECENT_PIPELINES};
+use super::{ClassScope, MAX_JOBS_PER_STAGE, RECENT_PIPELINES};
 use crate::core::Millis;
 
 /// Durations of a stage's runs kept, at most: the earliest end is read from the last 19 for a
@@ -77,6 +77,11 @@ pub struct StageShape {
     /// [`RECENT_PIPELINES`], the earliest end from as many as the wait target asks.
     durations: Recent<Millis, DURATIONS_KEPT>,
     next: Option<NextStage>,
+    /// Jobs of the stage whose failure a later stage of the same pipeline came after
+    /// (`allow_failure`, which the payload does not carry): their failures do not stop the
+    /// forecast ([`super::shape::ProjectShape::job_failed`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    may_fail: BTreeSet<String>,
 }
 
 /// The stage seen following another, and its job counts.
@@ -191,6 +196,18 @@ impl StageShape {
     /// The stage ran `duration` in `pipeline`, until its next stage was pending.
     pub(super) fn took(&mut self, pipeline: u64, duration: Millis) {
         self.durations.record(pipeline, duration);
+    }
+
+    /// Whether a failure of its job `name` was seen not to stop its pipeline.
+    pub fn may_fail(&self, name: &str) -> bool {
+        self.may_fail.contains(name)
+    }
+
+    /// Its job `name` failed and a later stage of the same pipeline came all the same.
+    pub(super) fn failed_without_stopping(&mut self, name: &str) {
+        if self.may_fail.len() < MAX_JOBS_PER_STAGE {
+            self.may_fail.insert(name.to_string());
+        }
     }
 
     /// A job of the stage was seen at `at`.

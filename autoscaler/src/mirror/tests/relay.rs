@@ -53,6 +53,33 @@ async fn updates_are_relayed_verbatim_with_gitlabs_answer() {
         h.app.jobs.phase(JobId(70)),
         Some(JobPhase::Finished { .. })
     ));
+    assert!(!h.app.jobs.get(JobId(70)).unwrap().failed);
+}
+
+/// A job that ends as failed, or that GitLab ends under its sidecar (canceled: `403`), is
+/// recorded as failed, so the pipeline forecast holds nothing for the stages GitLab skips.
+#[tokio::test]
+async fn a_failed_or_canceled_job_is_recorded_as_failed() {
+    let h = harness();
+    h.queue_job("a", 72, json!([])).await;
+    h.queue_job("a", 73, json!([])).await;
+    h.upstream.answer(Ok(Scripted::new(200)));
+    h.call(put_job(72, "glcbt-job72", "running")).await;
+    h.upstream.answer(Ok(Scripted::new(200)));
+    h.call(put_job(73, "glcbt-job73", "running")).await;
+    h.upstream
+        .answer(Ok(Scripted::new(200).header("job-status", "failed")));
+    assert_eq!(
+        h.call(put_job(72, "glcbt-job72", "failed")).await.status,
+        StatusCode::OK
+    );
+    h.upstream
+        .answer(Ok(Scripted::new(403).header("job-status", "canceled")));
+    h.call(put_job(73, "glcbt-job73", "running")).await;
+    for id in [72, 73] {
+        let record = h.app.jobs.get(JobId(id)).unwrap();
+        assert!(record.phase.is_finished() && record.failed, "{record:?}");
+    }
 }
 
 #[tokio::test]

@@ -35,6 +35,7 @@ fn record(id: u64) -> JobRecord {
         spooled: Vec::new(),
         artifact_refusal: None,
         timeline: Vec::new(),
+        failed: false,
     }
 }
 

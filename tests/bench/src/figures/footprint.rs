@@ -224,6 +224,7 @@ async fn populate(state: &Path, machines: usize, jobs: usize, payload: &[u8]) ->
             spooled: Vec::new(),
             artifact_refusal: None,
             timeline: Vec::new(),
+            failed: false,
         })?;
         store.put_payload(id, payload)?;
     }
