@@ -10,6 +10,8 @@
 //! was learned finds all its test machines ready, not only the learned count. It reads the
 //! project's pipeline schedules too: a scheduled pipeline's first job, which nothing before
 //! it foretells, finds a machine made for it before GitLab's `next_run_at`.
+//!
+//! A build that fails gets no machines for the tests GitLab then skips.
 
 use std::path::Path;
 
@@ -124,6 +126,68 @@ async fn a_learned_pipelines_next_stage_finds_its_machines_ready() -> Result<()>
          {READY_WAIT_S} s): {foreseen:?}"
     );
     ensure_made_for_pipelines(&stack.autoscaler).await
+}
+
+/// A build that fails: GitLab skips its tests, and the autoscaler, told by the build's final
+/// state, makes no machine for them. The shape is learned from one passing pipeline first;
+/// then a pipeline whose build fails a few seconds in, long before its usual end. Had the
+/// failure been taken for an early end, the test stage would have been held as released the
+/// moment the build ended, and machines made for it (`gitlab_queue`, `pipeline_forecast`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_build_gets_no_machines_for_the_tests_gitlab_skips() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let stack = start(dir.path(), None, None).await?;
+    run_pipeline(&stack.gitlab, &stack.token, TESTS).await?;
+    wait_for_an_empty_fleet(&stack.autoscaler).await?;
+    let made_ahead = |scrape: &Scrape| {
+        ["gitlab_queue", "pipeline_forecast"]
+            .map(|reason| {
+                scrape.sum(
+                    "autoscaler_scale_actions_total",
+                    &[("action", "create"), ("reason", reason)],
+                )
+            })
+            .iter()
+            .sum::<f64>()
+    };
+    let before = made_ahead(&Scrape::get(&stack.autoscaler).await?);
+
+    let job = |stage: &str, name: String, script: &[&str]| {
+        let mut spec = JobSpec::new(&stack.token, script);
+        spec.stage = stage.into();
+        spec.name = name;
+        spec.project_id = PROJECT;
+        spec
+    };
+    let build = job("build", "compile".into(), &["sleep 2", "exit 1"]);
+    let tests = (1..=TESTS)
+        .map(|i| job("test", format!("unit {i}/{TESTS}"), &["true"]))
+        .collect();
+    let pipeline = stack
+        .gitlab
+        .control
+        .create_pipeline(vec![vec![build], tests])
+        .await?;
+    let built = stack
+        .gitlab
+        .control
+        .wait_final(pipeline.stages[0][0].id, WITHIN)
+        .await?;
+    ensure!(built.status == JobStatus::Failed, "{built:?}");
+    for test in &pipeline.stages[1] {
+        let view = stack.gitlab.control.wait_final(test.id, WITHIN).await?;
+        ensure!(view.status == JobStatus::Skipped, "{view:?}");
+    }
+    // The build's machine goes after idle_time: every decision its end brought is taken.
+    wait_for_an_empty_fleet(&stack.autoscaler).await?;
+    let scrape = Scrape::get(&stack.autoscaler).await?;
+    ensure!(
+        made_ahead(&scrape) == before,
+        "no machine made for the skipped tests ({before} made ahead before the failed \
+         pipeline):\n{}",
+        scrape.text
+    );
+    Ok(())
 }
 
 /// The second pipeline has four test jobs where the first had two: learned alone, its test
