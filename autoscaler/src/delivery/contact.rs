@@ -191,8 +191,6 @@ impl Delivery {
             }
             other => return Err(DeliveryError::Status(other)),
         }
-        // GitLab skips the stages after it (unless `retry:` reruns it).
-        self.jobs.ends_failed(record.id)?;
         self.jobs.apply(record.id, JobEvent::Ended)?;
         Ok(())
     }

@@ -60,13 +60,9 @@ impl PoolController {
                 JobNews::Ended {
                     at,
                     pipeline,
-                    failed: false,
-                } => learning.job_ended(pipeline.staged(), at),
-                JobNews::Ended {
-                    at,
-                    pipeline,
-                    failed: true,
-                } => learning.job_failed(pipeline.staged(), at),
+                    failed,
+                } if failed => learning.job_failed(pipeline.staged(), at),
+                JobNews::Ended { at, pipeline, .. } => learning.job_ended(pipeline.staged(), at),
                 JobNews::Released { at, class } => demand.job_released(class.as_deref(), at),
             }
         }
