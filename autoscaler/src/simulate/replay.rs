@@ -160,10 +160,10 @@ const RECORDED_SLACK: Millis = 1_000;
 /// time), one per recorded pipeline and class (a pipeline whose jobs ran in two pools is run
 /// as one in each, since each pool is simulated on its own). Each job waits for the jobs of
 /// its pipeline's earlier stages (those whose first job was ready before its own stage's
-/// first) that had ended by its recorded ready time: the format does not say which jobs a
-/// job `needs`, and those are the ones it can have waited for; a recorded ready time
-/// (`ready` + `duration` of a job being the latest its end can be read from the format, as
-/// it leaves out that job's own wait) is its `not_before`.
+/// first) that had ended by its recorded ready time, a job's end read as its `ready` plus its
+/// `duration` (the format leaves out its wait, so that is the earliest it can have ended):
+/// the format does not say which jobs a job `needs`, and those are the ones it can have
+/// waited for. Its recorded ready time is its `not_before`.
 pub fn pipelines(jobs: &[(usize, Job)]) -> Vec<Pipeline> {
     let mut groups: BTreeMap<(&str, &str, u64), Vec<&Job>> = BTreeMap::new();
     for (_, job) in jobs {
@@ -198,13 +198,14 @@ fn pipeline(class: &str, project: &str, id: u64, jobs: Vec<&Job>) -> Pipeline {
         .into_iter()
         .map(|j| (j, stage_ready[stage_of(j)]))
         .collect();
-    jobs.sort_by_key(|&(j, stage)| (j.at, stage));
+    jobs.sort_by_key(|&(j, stage_first)| (j.at, stage_first));
     let waited_for = |at: usize| -> Vec<usize> {
-        let (job, stage) = jobs[at];
+        let (job, stage_first) = jobs[at];
         (0..at)
             .filter(|&i| {
-                let (earlier, earlier_stage) = jobs[i];
-                earlier_stage < stage && earlier.at + earlier.runs_for <= job.at + RECORDED_SLACK
+                let (earlier, earlier_stage_first) = jobs[i];
+                earlier_stage_first < stage_first
+                    && earlier.at + earlier.runs_for <= job.at + RECORDED_SLACK
             })
             .collect()
     };
