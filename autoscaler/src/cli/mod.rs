@@ -76,7 +76,9 @@ enum Command {
     Simulate {
         /// The workload: a TOML file of arrivals and pipelines (see deploy/simulate/), or a
         /// replay of recorded jobs, `*.tsv`: a header line, then one job a line, tab-separated:
-        /// ready (RFC 3339), duration, project, pipeline, stage, name, class. A replayed job is
+        /// ready (RFC 3339), duration, project, pipeline, stage, name, class, and optionally
+        /// status (success, failed or canceled: a failed job's later stages are not
+        /// forecast, as GitLab skips them). A replayed job is
         /// pending at its recorded ready time, and not before the earlier-stage jobs of its
         /// pipeline that had ended by then have ended in the run (deploy/simulate/MODEL.md).
         workload: PathBuf,

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! `ready` is an RFC 3339 time, `duration` a humantime duration or a number of seconds,
-//! `pipeline` a number; the run starts at the earliest ready time.
+//! `pipeline` a number; an optional eighth column, [`STATUS`], says how each job ended. The
+//! run starts at the earliest ready time.
 
 use std::collections::BTreeMap;
 use std::path::Path;
