@@ -52,6 +52,11 @@ fn streams(workload: &str) -> Result<Option<(Vec<Stream>, u64, u32)>> {
         .get(8..10)
         .and_then(|d| d.parse().ok())
         .context("start")?;
+    let month_days = start
+        .get(0..4)
+        .zip(start.get(5..7))
+        .and_then(|(y, m)| Some(days_in_month(y.parse().ok()?, m.parse().ok()?)))
+        .context("start")?;
     let (mut streams, mut one_off, mut total) = (Vec::new(), 0.0, 0.0);
     for a in doc
         .get("arrivals")
@@ -83,7 +88,24 @@ fn streams(workload: &str) -> Result<Option<(Vec<Stream>, u64, u32)>> {
         });
     }
     let stream = !streams.is_empty() && one_off <= ONE_OFF_SHARE * total;
+    // The policy periods name days of the month.
+    anyhow::ensure!(
+        !stream || u64::from(day) + length.saturating_sub(1) / DAY <= u64::from(month_days),
+        "the informed family takes streams that end in the month they start in"
+    );
     Ok(stream.then_some((streams, length, day)))
+}
+
+/// Days in `month` (1-12) of `year`, by the Gregorian calendar.
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
+            29
+        }
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 fn number(v: &Value) -> Option<f64> {
@@ -187,11 +209,6 @@ pub fn settings(workload: &str, baseline: &str) -> Result<Vec<(String, String)>>
     let Some((streams, length, day)) = streams(workload)? else {
         return Ok(Vec::new());
     };
-    // The periods name days of the month: every month has 28.
-    anyhow::ensure!(
-        u64::from(day) + length.saturating_sub(1) / DAY <= 28,
-        "the informed family takes workloads that end by the 28th of the month they start in"
-    );
     let mut cuts: Vec<u64> = streams.iter().flat_map(|s| [s.from, s.to]).collect();
     cuts.extend((0..=length).step_by(DAY as usize));
     cuts.push(length);
@@ -353,6 +370,21 @@ mod tests {
         assert_eq!(quantile(&[&s], 2.5, 0.6), 12);
         assert_eq!(quantile(&[&s], 2.5, 0.5), 8);
         assert_eq!(quantile(&[], 2.5, 0.9), 0);
+    }
+
+    #[test]
+    fn a_weekend_may_end_on_the_last_day_of_its_month() {
+        let weekend = "start = \"2026-11-28T00:00:00Z\"\nlength = \"72h\"\n\
+                       [[arrivals]]\nfrom = \"0h\"\nto = \"72h\"\njobs_per_hour = 2\n";
+        assert!(streams(weekend).unwrap().is_some());
+        let past = weekend.replace("72h", "73h");
+        assert!(streams(&past).is_err(), "into December");
+        let one_off = past.replace("jobs_per_hour = 2", "jobs = 50");
+        assert!(
+            streams(&one_off).unwrap().is_none(),
+            "not a stream: not refused"
+        );
+        assert_eq!((days_in_month(2028, 2), days_in_month(2100, 2)), (29, 28));
     }
 
     #[test]
