@@ -12,6 +12,7 @@
 //! whose one-off bursts no rate describes). One-off arrivals are left out of the rates.
 
 use anyhow::{Context, Result};
+use chrono::Datelike;
 use toml::Value;
 
 use super::targets::RANGE;
@@ -48,15 +49,10 @@ fn streams(workload: &str) -> Result<Option<(Vec<Stream>, u64, u32)>> {
     }
     let length = minutes(doc.get("length").and_then(Value::as_str).unwrap_or("24h"))?;
     let start = doc.get("start").and_then(Value::as_str).unwrap_or("");
-    let day: u32 = start
-        .get(8..10)
-        .and_then(|d| d.parse().ok())
-        .context("start")?;
-    let month_days = start
-        .get(0..4)
-        .zip(start.get(5..7))
-        .and_then(|(y, m)| Some(days_in_month(y.parse().ok()?, m.parse().ok()?)))
-        .context("start")?;
+    let first = chrono::DateTime::parse_from_rfc3339(start)
+        .context("start")?
+        .date_naive();
+    let last = first + chrono::Days::new(length.saturating_sub(1) / DAY);
     let (mut streams, mut one_off, mut total) = (Vec::new(), 0.0, 0.0);
     for a in doc
         .get("arrivals")
@@ -90,22 +86,10 @@ fn streams(workload: &str) -> Result<Option<(Vec<Stream>, u64, u32)>> {
     let stream = !streams.is_empty() && one_off <= ONE_OFF_SHARE * total;
     // The policy periods name days of the month.
     anyhow::ensure!(
-        !stream || u64::from(day) + length.saturating_sub(1) / DAY <= u64::from(month_days),
+        !stream || (last.year(), last.month()) == (first.year(), first.month()),
         "the informed family takes streams that end in the month they start in"
     );
-    Ok(stream.then_some((streams, length, day)))
-}
-
-/// Days in `month` (1-12) of `year`, by the Gregorian calendar.
-fn days_in_month(year: u32, month: u32) -> u32 {
-    match month {
-        2 if year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400)) => {
-            29
-        }
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
+    Ok(stream.then_some((streams, length, first.day())))
 }
 
 fn number(v: &Value) -> Option<f64> {
@@ -384,7 +368,13 @@ mod tests {
             streams(&one_off).unwrap().is_none(),
             "not a stream: not refused"
         );
-        assert_eq!((days_in_month(2028, 2), days_in_month(2100, 2)), (29, 28));
+        let two_days_from = |date| weekend.replace("2026-11-28", date).replace("72h", "48h");
+        let leap = streams(&two_days_from("2028-02-28")).unwrap();
+        assert!(leap.is_some(), "February 29, 2028");
+        assert!(
+            streams(&two_days_from("2100-02-28")).is_err(),
+            "no February 29 in 2100"
+        );
     }
 
     #[test]
