@@ -17,6 +17,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use super::Millis;
+use super::pipelines::{BOOTS_KEPT, BootTimes};
 pub use by_class::{ClassDemand, ClassPass};
 pub use forecast::{Forecast, near_period_end, surplus_grace, wanted_free_slots};
 pub use rise::{Rises, allowed_waiting_share};
@@ -42,7 +43,7 @@ pub const RETRY_EXPECTED_WITHIN: Millis = 150_000;
 /// which a 95th percentile has five jobs above it, so that one slow job does not decide it.
 const HANDOUTS_JUDGED: usize = 100;
 /// Create-to-ready times kept.
-const LEAD_SAMPLES: usize = 32;
+const LEAD_SAMPLES: usize = BOOTS_KEPT;
 /// Assumed until the pool has made a machine: a cloud VM's boot, on the slow side.
 pub const DEFAULT_LEAD_TIME: Millis = 90_000;
 
@@ -302,6 +303,7 @@ impl DemandTracker {
             pipeline_released: 0,
             lead_time,
             lead_spread,
+            boots: BootTimes::new(boots.iter().copied(), DEFAULT_LEAD_TIME),
             surplus_grace,
             stop_grace,
             stop_need_peak: self

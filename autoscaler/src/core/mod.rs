@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 /// Milliseconds since the Unix epoch, as handed in by the caller.
 pub type Millis = u64;
 
+/// The share of jobs a p95 wait target lets wait longer than the target: one in twenty. The
+/// demand-aware buffer (`demand`) and the timing of a pipeline's next stage (`pipelines`) both
+/// read their tails at it.
+pub const P95_SHARE: f64 = 0.05;
+
 /// A sidecar (a runner attached to a pool), numbered by the autoscaler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -6,13 +6,11 @@
 //! how many jobs it has and how long the stage before it runs. The tracker learns those from
 //! the facts GitLab's job payloads carry (`job_info.project_id`, `CI_PIPELINE_ID`,
 //! `job_info.stage`, `job_info.name`) and the moments jobs start and end. For each pipeline in
-//! flight, the next stage's jobs are expected from the moment the current stage has run as
-//! long as the shortest of its recent runs, as many as the wait target asks
-//! (`Forecast::pipeline_horizon`: a stage that ends earlier than its median is common, and
-//! the next stage's jobs would then wait for a boot: being ready by the earliest recent end
-//! costs the idle time of the spread, a wait costs a boot); the planner holds slots for those
-//! expected within the pool's lead time, so that machines are ready when they become pending
-//! and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
+//! flight, the next stage's machines are asked for at the latest moment at which the stage's
+//! recent durations and the pool's recent boots leave one job in twenty waiting longer than the
+//! target ([`ask_after`]: a stage that ends earlier than its median is common, and the next
+//! stage's jobs would then wait for a boot); the planner holds slots for those jobs from then
+//! on, so that machines are ready when they become pending and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
 //!
 //! With an API token, the look-ahead (`lookahead`) asks GitLab for a pipeline's jobs still
 //! `created` when the pipeline is first seen: the stages to come and their exact job counts
@@ -33,6 +31,7 @@ mod due;
 mod schedules;
 mod shape;
 mod stage_shape;
+mod timing;
 
 use std::collections::BTreeMap;
 
@@ -41,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use self::due::{next_stage_due, on_their_way};
 use self::shape::ProjectShape;
 pub use self::stage_shape::DURATIONS_KEPT;
+pub use self::timing::{BOOTS_KEPT, BootTimes, ask_after};
 use super::Millis;
 
 /// Projects remembered; beyond it the one seen least recently is forgotten.
@@ -124,24 +124,31 @@ impl PipelineForecast {
 }
 
 /// How far a forecast looks: the pool's lead time (a released stage is held at most that long
-/// after it ended), how far ahead the next stages' jobs are held (`ahead`, at most the lead
-/// time) and from how many recent runs of a stage the earliest end of it is read (`runs`; see
-/// `core::demand::Forecast::pipeline_horizon`).
+/// after it ended), how far ahead of their time a scheduled run's jobs are held (`ahead`, at
+/// most the lead time), and what times a next stage's machines ([`ask_after`]): the pool's
+/// recent create-to-ready times (`boots`) and how long a foreseen job may wait (`late`).
+/// `early`: how long before its machines are due to be asked for a stage already counts (0
+/// when machines are made for it; while jobs are rare, idle machines are kept for the stages
+/// it says, see `core::demand::Forecast::keep_horizon`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Horizon {
     pub lead_time: Millis,
     pub ahead: Millis,
-    pub runs: usize,
+    pub late: Millis,
+    pub boots: BootTimes,
+    pub early: Millis,
 }
 
 impl Horizon {
-    /// Jobs held the whole lead time ahead of the earliest of the last [`RECENT_PIPELINES`]
-    /// runs' ends.
+    /// Every boot taking `lead_time`, no wait allowed: a next stage's machines are asked for a
+    /// lead time before the 5 % quantile of its recent durations.
     pub fn lead(lead_time: Millis) -> Self {
         Self {
             lead_time,
             ahead: lead_time,
-            runs: RECENT_PIPELINES,
+            late: 0,
+            boots: BootTimes::flat(lead_time),
+            early: 0,
         }
     }
 }
@@ -266,7 +273,7 @@ impl PipelineTracker {
                 }
                 if due.released {
                     out.released = out.released.saturating_add(due.jobs);
-                } else if due.at <= now.saturating_add(horizon.ahead) {
+                } else if due.at <= now.saturating_add(horizon.early) {
                     out.jobs_due = out.jobs_due.saturating_add(due.jobs);
                     out.freed = out.freed.saturating_add(due.freed.min(due.jobs));
                     out.pipelines += 1;

@@ -5,9 +5,7 @@
 use super::rise::P95_SHARE;
 use super::{DEFAULT_LEAD_TIME, Rises, Waits, allowed_waiting_share};
 use crate::core::Millis;
-use crate::core::pipelines::{
-    ClassScope, DURATIONS_KEPT, Horizon, PipelineTracker, RECENT_PIPELINES,
-};
+use crate::core::pipelines::{BootTimes, ClassScope, Horizon, PipelineTracker};
 
 /// What the demand-aware policy knows about a pool's demand at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +49,10 @@ pub struct Forecast {
     /// machine timed by `lead_time` may still be late by, 19 times in 20
     /// ([`Forecast::pipeline_horizon`]).
     pub lead_spread: Millis,
+    /// The recent create-to-ready times themselves (the default lead time alone until one was
+    /// measured): a next stage's machines are timed from them and the stage's durations
+    /// together (`core::pipelines::ask_after`).
+    pub boots: BootTimes,
     /// How long an idle machine the forecast does not need is kept ([`surplus_grace`]).
     pub surplus_grace: Millis,
     /// Warm pool: how long such a machine is kept idle before it is stopped, once a start was
@@ -103,34 +105,23 @@ pub fn wanted_free_slots(forecast: &Forecast, target_wait: Millis) -> u32 {
 }
 
 impl Forecast {
-    /// How far the pipeline forecast looks under `target_wait` (the lead time, and how far
-    /// ahead the pipelines' next-stage jobs are held), with a pass
-    /// at least every `pass_interval`. A machine asked for a lead time before its job is due is
-    /// ready by then 9 times in 10, and 19 times in 20 by `lead_spread` later; it is asked at a
-    /// pass, up to a pass interval late. A job may wait `target_wait`, so its machine can be
-    /// asked for that much later, less the spread and the pass interval: then 19 jobs in 20 so
-    /// foreseen wait no longer than the target, and each machine idles that much less before
-    /// its job comes. A target under those two holds them the whole lead time.
-    ///
-    /// The next stage is timed from the earliest end of the current one among its last `runs`
-    /// runs. A run ends before all of `n` earlier ones about once in `n + 1`, and the next
-    /// stage's jobs then come before their machines: so `n + 1` is the inverse of the share of
-    /// jobs the target lets wait ([`Self::waiting_share`]; 19 runs for 5 %), at least the last
-    /// [`RECENT_PIPELINES`] and at most those kept ([`DURATIONS_KEPT`]).
+    /// How far the pipeline forecast looks under `target_wait`, with a pass at least every
+    /// `pass_interval`. A next stage's machines are asked for at the latest moment that keeps
+    /// 19 in 20 of its jobs within the target (`core::pipelines::ask_after`, from the stage's
+    /// recent durations and the pool's `boots`); a machine is asked for at a pass, up to a
+    /// pass interval late, so the wait allowed for is the target less that. A scheduled run's
+    /// first job is held from the lead time before its time, less what the target lets it
+    /// wait beyond the slowest twentieth of boots (`lead_spread`).
     pub fn pipeline_horizon(&self, target_wait: Millis, pass_interval: Millis) -> Horizon {
-        let late = target_wait
-            .saturating_sub(self.lead_spread)
-            .saturating_sub(pass_interval);
-        let share = self.waiting_share(target_wait);
-        let runs = if share > 0.0 {
-            (1.0 / share).ceil() as usize - 1
-        } else {
-            DURATIONS_KEPT
-        };
+        let late = target_wait.saturating_sub(pass_interval);
         Horizon {
             lead_time: self.lead_time,
-            ahead: self.lead_time.saturating_sub(late),
-            runs: runs.clamp(RECENT_PIPELINES, DURATIONS_KEPT),
+            ahead: self
+                .lead_time
+                .saturating_sub(late.saturating_sub(self.lead_spread)),
+            late,
+            boots: self.boots,
+            early: 0,
         }
     }
 
@@ -149,12 +140,18 @@ impl Forecast {
         }
     }
 
-    /// While jobs are rare, how far ahead the next stages' jobs keep idle machines from going:
-    /// those due within the grace, as keeping a machine for them costs less than making it
-    /// again (`None`: jobs are not rare, and the grace keeps machines anyway).
+    /// While jobs are rare, the next stages whose jobs keep idle machines from going (`None`:
+    /// jobs are not rare, and the grace keeps machines anyway). Released now, an idle machine
+    /// is replaced by one asked for when the stage's machines are due (`a`), ready a boot `X`
+    /// later; kept, it idles from now until then. So keeping it costs `a + X − now` of machine
+    /// time, releasing it the replacement's boot `X` and the wait beyond the target it may
+    /// cause, which together the grace prices (`surplus_grace`: `E[X] + E[(X − T)⁺]`): it is
+    /// kept for a stage whose machines are due within the grace less the mean boot
+    /// (`Horizon::early`). A scheduled run is held from the grace ahead of its time.
     pub fn keep_horizon(&self, horizon: Horizon) -> Option<Horizon> {
         self.jobs_rare.then_some(Horizon {
             ahead: horizon.ahead.max(self.surplus_grace),
+            early: self.surplus_grace.saturating_sub(self.boots.mean()),
             ..horizon
         })
     }

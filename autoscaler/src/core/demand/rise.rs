@@ -31,9 +31,7 @@
 //! 19 % less share) a few more, and keeps a smaller target from ever holding fewer slots.
 
 use crate::core::Millis;
-
-/// The share of jobs a p95 target lets wait when every wait is a whole lead time: 5 %.
-pub const P95_SHARE: f64 = 0.05;
+pub use crate::core::P95_SHARE;
 /// Steps of the share grid: 5 % × 2^(k/4) for k = 0..17 reaches 95 %; the last entry is 100 %.
 const GRID: usize = 19;
 

@@ -113,12 +113,19 @@ fn a_slow_recent_machine_sets_the_lead_time() {
 }
 
 /// The spread is how much slower the slowest twentieth of recent machines were than the lead
-/// time; the pipelines' horizon is the lead time less the target's wait, less that spread and
-/// a pass interval.
+/// time; a scheduled run is held from the lead time before it, less the target's wait beyond
+/// that spread and a pass interval. A next stage's machines are timed from the boots
+/// themselves and the wait the target allows, less a pass.
 #[test]
-fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
+fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target() {
     let mut t = DemandTracker::default();
-    assert_eq!(t.forecast(0, 600_000, 0).lead_spread, 0, "nothing measured");
+    let f = t.forecast(0, 600_000, 0);
+    assert_eq!(f.lead_spread, 0, "nothing measured");
+    assert_eq!(
+        f.boots,
+        BootTimes::flat(DEFAULT_LEAD_TIME),
+        "one default boot"
+    );
     // Twenty machines: 30..=87 s in steps of 3 s. The 90th percentile is the 18th (81 s),
     // the 95th the 19th (84 s).
     for i in 0..20 {
@@ -126,31 +133,20 @@ fn the_pipeline_horizon_lets_foreseen_jobs_wait_the_target_less_the_spread() {
     }
     let f = t.forecast(0, 600_000, 0);
     assert_eq!((f.lead_time, f.lead_spread), (81_000, 3_000));
-    assert_eq!(f.pipeline_horizon(30_000, 1_000).ahead, 81_000 - 26_000);
+    assert_eq!(
+        f.boots,
+        BootTimes::new((0..20).map(|i| 30_000 + i * 3_000), 0)
+    );
+    let h = f.pipeline_horizon(30_000, 1_000);
+    assert_eq!(
+        (h.ahead, h.late, h.boots),
+        (81_000 - 26_000, 29_000, f.boots)
+    );
     let under = f.pipeline_horizon(4_000, 1_000).ahead;
     assert_eq!(under, 81_000, "a target under the spread and a pass");
     assert_eq!(f.pipeline_horizon(200_000, 1_000).ahead, 0);
     assert_eq!(f.pipeline_horizon(30_000, 1_000).lead_time, 81_000);
-}
-
-/// The next stage is timed from the earliest end among as many of the current stage's recent
-/// runs as make a run ending earlier than all of them no likelier than the share of jobs the
-/// target lets wait: 19 for 5 %, fewer for looser targets, never fewer than 3.
-#[test]
-fn the_pipeline_horizon_reads_the_earliest_end_from_as_many_runs_as_the_target_asks() {
-    let mut t = DemandTracker::default();
-    for _ in 0..20 {
-        t.machine_ready(81_000);
-    }
-    let f = t.forecast(0, 600_000, 0);
-    assert_eq!(f.pipeline_horizon(0, 1_000).runs, 19, "5 % may wait");
-    // 30 s of an 81 s lead time: 5 % / (1 - 30/81) = 7.9 % may wait, one run in 12.6.
-    assert_eq!(f.pipeline_horizon(30_000, 1_000).runs, 12);
-    assert_eq!(
-        f.pipeline_horizon(200_000, 1_000).runs,
-        3,
-        "every job may wait: the last three, as for the usual duration"
-    );
+    assert_eq!(f.pipeline_horizon(500, 1_000).late, 0);
 }
 
 /// With boots of 60 s and a 30 s target the grace is 90 s: in a 10 min window jobs are rare up
@@ -347,4 +343,30 @@ fn paid_periods_end_every_period_after_creation() {
     assert!(!near_period_end(0, hour, hour + 60_000), "a new hour began");
     assert!(near_period_end(0, hour, 2 * hour - 60_000));
     assert!(near_period_end(0, 0, 5), "no billing period: any time");
+}
+
+/// While jobs are rare, an idle machine is kept for a next stage whose machines are due within
+/// the grace less the mean boot: it stands in for the replacement asked for then.
+#[test]
+fn a_kept_machine_waits_for_a_stage_due_within_the_grace_less_a_boot() {
+    let mut t = DemandTracker::default();
+    for boot in [40_000, 60_000, 80_000] {
+        t.machine_ready(boot);
+    }
+    let f = Forecast {
+        jobs_rare: true,
+        ..t.forecast(0, 600_000, 30_000)
+    };
+    let keep = f.keep_horizon(f.pipeline_horizon(30_000, 1_000)).unwrap();
+    assert_eq!(f.boots.mean(), 60_000);
+    assert_eq!(keep.early, f.surplus_grace - 60_000);
+    assert_eq!(f.pipeline_horizon(30_000, 1_000).early, 0);
+    assert_eq!(
+        Forecast {
+            jobs_rare: false,
+            ..f
+        }
+        .keep_horizon(keep),
+        None
+    );
 }

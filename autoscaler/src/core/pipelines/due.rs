@@ -6,8 +6,8 @@ use super::shape::{ProjectShape, Run, StageRun};
 use super::{ClassScope, Horizon};
 use crate::core::Millis;
 
-/// The next stage of a pipeline in flight: how many jobs, expected pending when, or made
-/// pending already (`released`).
+/// The next stage of a pipeline in flight: how many jobs, and when their machines are to be
+/// asked for, or made pending already (`released`, at the end that released it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Due {
     pub(super) jobs: u32,
@@ -18,9 +18,9 @@ pub(super) struct Due {
 }
 
 /// The next stage of `run`, if the project's shape says what follows its current stage and how
-/// long that takes: due from the shortest of its last `horizon.runs` durations while the
-/// current stage runs, its
-/// jobs those of `scope`. A stage that has run twice its usual (median) time is no longer
+/// long that takes: its machines asked for at the moment [`super::ask_after`] reads from the
+/// stage's recent durations and the pool's boots while the current stage runs, its jobs those
+/// of `scope`. A stage that has run twice its usual (median) time is no longer
 /// described by the shape (a slow runner, a hung job): its next stage is not forecast, rather
 /// than holding machines for it indefinitely. A stage whose jobs all ended has released the
 /// next one ([`released`]). A pipeline a failed job stopped has no next stage (GitLab skips
@@ -52,7 +52,7 @@ pub(super) fn next_stage_due(
     }
     let at = current
         .started_at
-        .saturating_add(learned.shortest_duration(horizon.runs)?);
+        .saturating_add(learned.ask_after(&horizon.boots, horizon.late)?);
     if now
         > current
             .started_at

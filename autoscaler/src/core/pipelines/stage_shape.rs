@@ -5,11 +5,11 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClassScope, MAX_JOBS_PER_STAGE, RECENT_PIPELINES};
+use super::{BootTimes, ClassScope, MAX_JOBS_PER_STAGE, RECENT_PIPELINES};
 use crate::core::Millis;
 
-/// Durations of a stage's runs kept, at most: the earliest end is read from the last 19 for a
-/// 5 % share of jobs let wait, and from fewer for looser targets.
+/// Durations of a stage's runs kept, at most: its next stage's machines are timed from all of
+/// them ([`super::ask_after`]).
 pub const DURATIONS_KEPT: usize = 32;
 
 /// The last `KEPT` observations of one figure ([`RECENT_PIPELINES`] unless said), one per
@@ -74,7 +74,7 @@ fn median<T: Copy + Ord>(values: impl Iterator<Item = T>) -> Option<T> {
 pub struct StageShape {
     last_seen: Millis,
     /// The last [`DURATIONS_KEPT`] runs' durations: the usual one is read from the last
-    /// [`RECENT_PIPELINES`], the earliest end from as many as the wait target asks.
+    /// [`RECENT_PIPELINES`], the next stage's timing from all.
     durations: Recent<Millis, DURATIONS_KEPT>,
     next: Option<NextStage>,
     /// Jobs of the stage whose failure a later stage of the same pipeline came after
@@ -101,12 +101,10 @@ impl StageShape {
         median(self.durations.last(RECENT_PIPELINES))
     }
 
-    /// The shortest of the last `runs` durations: the earliest the next stage has come lately.
-    /// A next run ends before all of `n` earlier ones about once in `n + 1` (if the runs'
-    /// durations are alike and independent), so the count sets how often the next stage comes
-    /// earlier than this (`core::demand::Forecast::pipeline_horizon`).
-    pub fn shortest_duration(&self, runs: usize) -> Option<Millis> {
-        self.durations.last(runs.max(1)).min()
+    /// How long after the stage starts its next stage's machines are asked for
+    /// ([`super::ask_after`], from every duration kept).
+    pub fn ask_after(&self, boots: &BootTimes, late: Millis) -> Option<Millis> {
+        super::ask_after(self.durations.last(DURATIONS_KEPT), boots, late)
     }
 
     /// The stage learned to follow it.

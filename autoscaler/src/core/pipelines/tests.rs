@@ -115,14 +115,14 @@ fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     assert_eq!(t.forecast(due - LEAD - 1, LEAD).jobs_due, 0);
     let f = t.forecast(due - LEAD, LEAD);
     assert_eq!((f.jobs_due, f.pipelines), (8, 1));
-    // A horizon shorter than the lead time (the target lets them wait) counts them later.
+    // A wait allowed (the target) counts them that much later.
     let horizon = Horizon {
-        lead_time: LEAD,
-        ahead: LEAD / 3,
-        runs: RECENT_PIPELINES,
+        late: LEAD * 2 / 3,
+        ..Horizon::lead(LEAD)
     };
     let later = |at| t.forecast_for(at, horizon, ClassScope::All).jobs_due;
     assert_eq!((later(due - LEAD), later(due - LEAD / 3)), (0, 8));
+    assert_eq!(later(due - LEAD / 3 - 1), 0);
     // Once the build has ended the tests are pending: the planner counts them as waiting.
     end_stage(&mut t, "app", 4, FANOUT[0], due);
     assert_eq!(t.forecast(due, LEAD).jobs_due, 0);
@@ -135,10 +135,12 @@ fn the_next_stage_is_forecast_a_lead_time_before_it_is_due() {
     assert_eq!(t.forecast(due + 11 * MINUTE, LEAD).jobs_due, 0);
 }
 
-/// The build ran 5, 4, 6, 7 and 8 minutes in five pipelines: the tests after it are due from
-/// the earliest of as many of those runs as the horizon says.
+/// The build ran 5, 4, 6, 7 and 8 minutes in five pipelines, and machines take 1 to 2 minutes:
+/// the tests' machines are asked for at the latest moment that leaves at most one pair of a
+/// duration and a boot in twenty with its jobs waiting past the target, and a boot's spread
+/// is not added to a duration's.
 #[test]
-fn the_next_stage_is_due_from_the_earliest_of_as_many_runs_as_the_horizon_asks() {
+fn the_next_stage_is_timed_from_its_durations_and_the_boots_together() {
     let mut t = PipelineTracker::default();
     let mut at = 0;
     for (id, minutes) in (1..).zip([5, 4, 6, 7, 8]) {
@@ -147,23 +149,21 @@ fn the_next_stage_is_due_from_the_earliest_of_as_many_runs_as_the_horizon_asks()
     }
     let start = at + MINUTE;
     start_stage(&mut t, "app", 6, FANOUT[0], start);
-    let due_within = |runs, ahead_of| {
+    let boots = BootTimes::new([MINUTE, MINUTE + MINUTE / 2, 2 * MINUTE, MINUTE], 0);
+    let held_at = |late, now| {
         let horizon = Horizon {
-            lead_time: LEAD,
-            ahead: LEAD,
-            runs,
+            late,
+            boots,
+            ..Horizon::lead(LEAD)
         };
-        t.forecast_for(ahead_of - LEAD, horizon, ClassScope::All)
-            .jobs_due
+        t.forecast_for(now, horizon, ClassScope::All).jobs_due
     };
-    assert_eq!(
-        due_within(3, start + 6 * MINUTE - 1),
-        0,
-        "the last three: 6 min"
-    );
-    assert_eq!(due_within(3, start + 6 * MINUTE), 8);
-    assert_eq!(due_within(5, start + 4 * MINUTE - 1), 0, "all five: 4 min");
-    assert_eq!(due_within(19, start + 4 * MINUTE), 8, "as many as are kept");
+    // Twenty pairs: one (4 min less 2 min) leaves 2 min; the next lowest, 2.5 min.
+    let ask = start + 2 * MINUTE + MINUTE / 2;
+    assert_eq!((held_at(0, ask - 1), held_at(0, ask)), (0, 8));
+    // A wait of 20 s allowed: asked 20 s later.
+    assert_eq!(held_at(20_000, ask + 19_999), 0);
+    assert_eq!(held_at(20_000, ask + 20_000), 8);
 }
 
 #[test]
@@ -195,12 +195,13 @@ fn the_recent_pipelines_say_from_when_and_until_when() {
         let stages = [("build", 1, build * MINUTE), FANOUT[1]];
         at = run_pipeline(&mut t, "app", id, &stages, at);
     }
-    // The last three builds took 4, 5 and 6 minutes (the 2 is forgotten): the tests are
-    // expected from the earliest of those, 4 minutes...
+    // The builds took 2, 4, 5 and 6 minutes: with four runs, none of them may leave the tests
+    // waiting, so their machines are asked for a lead time before the earliest, 2 minutes...
     start_stage(&mut t, "app", 5, FANOUT[0], at);
-    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD - 1, LEAD).jobs_due, 0);
-    assert_eq!(t.forecast(at + 4 * MINUTE - LEAD, LEAD).jobs_due, 8);
-    // ...until the build has run twice the usual (median) 5 minutes.
+    assert_eq!(t.forecast(at + 2 * MINUTE - LEAD - 1, LEAD).jobs_due, 0);
+    assert_eq!(t.forecast(at + 2 * MINUTE - LEAD, LEAD).jobs_due, 8);
+    // ...until the build has run twice the usual 5 minutes (the median of the last three: one
+    // odd run does not move it).
     assert_eq!(t.forecast(at + 10 * MINUTE, LEAD).jobs_due, 8);
     assert_eq!(t.forecast(at + 10 * MINUTE + 1, LEAD).jobs_due, 0);
 }

@@ -37,6 +37,7 @@ pub(super) fn forecast(peak: u32, backlog: u32) -> Forecast {
         pipeline_keep: 0,
         lead_time: 60_000,
         lead_spread: 0,
+        boots: crate::core::pipelines::BootTimes::flat(60_000),
         surplus_grace: 60_000,
         need_peak: crate::core::demand::Rises::default(),
         stop_grace: None,

@@ -32,6 +32,7 @@ fn forecast(
         pipeline_keep: 0,
         lead_time,
         lead_spread: 0,
+        boots: crate::core::pipelines::BootTimes::flat(lead_time),
         surplus_grace: 2 * lead_time,
         need_peak: Rises::default(),
         stop_grace: None,

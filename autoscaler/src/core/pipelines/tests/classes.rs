@@ -109,11 +109,7 @@ fn a_scheduled_run_is_held_for_in_the_default_class_until_its_pipeline_comes() {
     let mut t = PipelineTracker::default();
     let at = 120 * MINUTE;
     t.schedules_listed("data", vec![at, at], 0);
-    let horizon = Horizon {
-        lead_time: LEAD,
-        ahead: LEAD,
-        runs: RECENT_PIPELINES,
-    };
+    let horizon = Horizon::lead(LEAD);
     let held = |t: &PipelineTracker, now, scope| t.forecast_for(now, horizon, scope).jobs_due;
     assert_eq!(held(&t, at - LEAD - 1, ClassScope::All), 0, "not yet");
     assert_eq!(held(&t, at - LEAD, ClassScope::All), 2);
