@@ -10,7 +10,8 @@
 //! recent durations and the pool's recent boots leave one job in twenty waiting longer than the
 //! target ([`ask_after`]: a stage that ends earlier than its median is common, and the next
 //! stage's jobs would then wait for a boot); the planner holds slots for those jobs from then
-//! on, so that machines are ready when they become pending and not before. Jobs so foreseen are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
+//! on, so that machines are ready when they become pending and not before. Jobs so foreseen
+//! are no news to the forecast from arrivals ([`PipelineTracker::foresees`]).
 //!
 //! With an API token, the look-ahead (`lookahead`) asks GitLab for a pipeline's jobs still
 //! `created` when the pipeline is first seen: the stages to come and their exact job counts
