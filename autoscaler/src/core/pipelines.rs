@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use self::due::{next_stage_due, on_their_way};
+use self::due::{Asks, next_stage_due, on_their_way};
 use self::shape::ProjectShape;
 pub use self::stage_shape::DURATIONS_KEPT;
 pub use self::timing::{BOOTS_KEPT, BootTimes, ask_after};
@@ -265,9 +265,10 @@ impl PipelineTracker {
                 let on_way = on_their_way(project, run, (now, horizon.lead_time), scope);
                 out.released = out.released.saturating_add(on_way);
             }
+            let mut asks = Asks::default();
             for due in project
                 .runs()
-                .filter_map(|r| next_stage_due(project, r, (now, horizon), scope))
+                .filter_map(|r| next_stage_due(project, r, (now, horizon), scope, &mut asks))
             {
                 if due.jobs == 0 {
                     continue;

@@ -3,6 +3,7 @@
 //! pool.
 
 use super::shape::{ProjectShape, Run, StageRun};
+use super::stage_shape::StageShape;
 use super::{ClassScope, Horizon};
 use crate::core::Millis;
 
@@ -17,6 +18,31 @@ pub(super) struct Due {
     pub(super) released: bool,
 }
 
+/// When the next stage's machines are asked for, per current stage of one project: every
+/// pipeline of the project in that stage asks the same time after the stage started
+/// ([`super::ask_after`]), and a pass asks for every pipeline in flight, so each stage's is
+/// read once a pass rather than once a pipeline.
+#[derive(Debug, Default)]
+pub(super) struct Asks<'a> {
+    by_stage: Vec<(&'a str, Option<Millis>)>,
+}
+
+impl<'a> Asks<'a> {
+    fn after_start(
+        &mut self,
+        stage: &'a str,
+        learned: &StageShape,
+        horizon: &Horizon,
+    ) -> Option<Millis> {
+        if let Some(&(_, ask)) = self.by_stage.iter().find(|(name, _)| *name == stage) {
+            return ask;
+        }
+        let ask = learned.ask_after(&horizon.boots, horizon.late);
+        self.by_stage.push((stage, ask));
+        ask
+    }
+}
+
 /// The next stage of `run`, if the project's shape says what follows its current stage and how
 /// long that takes: its machines asked for at the moment [`super::ask_after`] reads from the
 /// stage's recent durations and the pool's boots while the current stage runs, its jobs those
@@ -25,11 +51,12 @@ pub(super) struct Due {
 /// than holding machines for it indefinitely. A stage whose jobs all ended has released the
 /// next one ([`released`]). A pipeline a failed job stopped has no next stage (GitLab skips
 /// it).
-pub(super) fn next_stage_due(
+pub(super) fn next_stage_due<'a>(
     project: &ProjectShape,
-    run: &Run,
+    run: &'a Run,
     (now, horizon): (Millis, Horizon),
     scope: ClassScope<'_>,
+    asks: &mut Asks<'a>,
 ) -> Option<Due> {
     if run.stopped() {
         return None;
@@ -50,9 +77,10 @@ pub(super) fn next_stage_due(
     if current.running == 0 {
         return released(run, current, next, jobs, (now, lead_time));
     }
-    let at = current
-        .started_at
-        .saturating_add(learned.ask_after(&horizon.boots, horizon.late)?);
+    let at =
+        current
+            .started_at
+            .saturating_add(asks.after_start(&current.name, learned, &horizon)?);
     if now
         > current
             .started_at

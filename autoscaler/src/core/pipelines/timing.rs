@@ -12,6 +12,7 @@
 //! still, and taking a tail of each apart would hold machines longer than the target needs.
 //! The request comes at a pass, up to a pass interval after `τ`, which is taken from `T`.
 
+use super::stage_shape::DURATIONS_KEPT;
 use crate::core::Millis;
 use crate::core::P95_SHARE;
 
@@ -62,31 +63,63 @@ impl BootTimes {
 }
 
 /// How long after its stage started to ask for the machines of the stage that follows it, from
-/// the stage's recent `durations`, the pool's `boots`, and `late`, how long a foreseen job may
-/// wait (the target less a pass interval): the module's rule. `None` without a duration.
+/// the stage's recent `durations` (at most [`DURATIONS_KEPT`] are read), the pool's `boots`,
+/// and `late`, how long a foreseen job may wait (the target less a pass interval): the
+/// module's rule. `None` without a duration.
 pub fn ask_after(
     durations: impl IntoIterator<Item = Millis>,
     boots: &BootTimes,
     late: Millis,
 ) -> Option<Millis> {
-    let mut slack: Vec<i128> = durations
-        .into_iter()
-        .flat_map(|d| {
-            boots
-                .times()
-                .iter()
-                .map(move |&x| i128::from(d) - i128::from(x))
-        })
-        .collect();
-    if slack.is_empty() {
+    let mut kept = [0; DURATIONS_KEPT];
+    let mut len = 0;
+    for (slot, d) in kept.iter_mut().zip(durations) {
+        *slot = d;
+        len += 1;
+    }
+    let durations = &mut kept[..len];
+    durations.sort_unstable();
+    let pairs = durations.len() * boots.times().len();
+    if pairs == 0 {
         return None;
     }
     // At most this many pairs (5 %, rounded down) may leave the job waiting past `late`: those
     // whose slack is below the one at this rank.
-    let rank = ((slack.len() as f64) * P95_SHARE).floor() as usize;
-    let (_, &mut quantile, _) = slack.select_nth_unstable(rank);
+    let rank = ((pairs as f64) * P95_SHARE).floor() as usize;
+    let quantile = nth_smallest_slack(durations, boots.times(), rank);
     let ask = (quantile + i128::from(late)).max(0);
     Some(Millis::try_from(ask).unwrap_or(Millis::MAX))
+}
+
+/// The `rank`-th smallest (from 0) of `d − x` over every pair of one of `durations` and one of
+/// `boots`, both sorted, `rank` below the number of pairs. Called for every stage in flight at
+/// every pass, so it walks the pairs in order from the smallest rather than listing all of
+/// them (up to 32 × 32): each duration's slacks rise as its boot falls, and a duration's first
+/// slack is taken only after the shorter durations' first ones, so the next smallest is among
+/// the durations already begun and the first one not begun.
+fn nth_smallest_slack(durations: &[Millis], boots: &[Millis], rank: usize) -> i128 {
+    // For each duration begun, how many of its slacks (slowest boot first) were taken.
+    let mut taken = [0usize; DURATIONS_KEPT];
+    let mut begun = 0;
+    let slack = |i: usize, taken: usize| {
+        i128::from(durations[i]) - i128::from(boots[boots.len() - 1 - taken])
+    };
+    for popped in 0.. {
+        let candidates = (begun + 1).min(durations.len());
+        let (next, value) = (0..candidates)
+            .filter(|&i| taken[i] < boots.len())
+            .map(|i| (i, slack(i, taken[i])))
+            .min_by_key(|&(i, value)| (value, i))
+            .expect("rank is below the number of pairs");
+        if popped == rank {
+            return value;
+        }
+        if taken[next] == 0 {
+            begun += 1;
+        }
+        taken[next] += 1;
+    }
+    unreachable!("the pairs are finite and rank is below their number")
 }
 
 #[cfg(test)]
@@ -124,6 +157,28 @@ mod tests {
         assert!(below <= 20, "{below} of 400 pairs wait");
         // A longer wait allowed asks later by as much.
         assert_eq!(ask_after(durations, &boots, 20 * S), Some(ask + 20 * S));
+    }
+
+    /// The walk in order finds the same pair as sorting every pair would.
+    #[test]
+    fn the_walk_finds_the_rank_that_listing_every_pair_finds() {
+        use proptest::prelude::*;
+        let case = (
+            proptest::collection::vec(0..600 * S, 1..=DURATIONS_KEPT),
+            proptest::collection::vec(0..120 * S, 1..=BOOTS_KEPT),
+        );
+        proptest!(|((mut durations, boots) in case)| {
+            durations.sort_unstable();
+            let boots = BootTimes::new(boots, 0);
+            let mut all: Vec<i128> = durations
+                .iter()
+                .flat_map(|&d| boots.times().iter().map(move |&x| d as i128 - x as i128))
+                .collect();
+            all.sort_unstable();
+            for rank in [0, all.len() / 20, all.len() / 2, all.len() - 1] {
+                prop_assert_eq!(nth_smallest_slack(&durations, boots.times(), rank), all[rank]);
+            }
+        });
     }
 
     #[test]
